@@ -1,0 +1,1 @@
+"""Configs: installed as `inferencegym_jax._configs` (see pyproject.toml); no code."""

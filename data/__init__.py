@@ -1,0 +1,1 @@
+"""Package data: installed as `inferencegym_jax._data` (see pyproject.toml); no code."""

@@ -1,0 +1,125 @@
+"""Key-seeded evaluation: N episodes of any policy in one jitted, vmapped call.
+
+A policy is a function `policy(key, obs, params) -> action` (an int32 (5,) index vector or a
+`ServingAction`) for one env; anything it needs (network weights, normaliser) is closed over.
+
+Reproducibility contract:
+  * episode i uses `jax.random.fold_in(key, i)`, so its result does not depend on how many
+    episodes are run, nor on how they are split into batches or devices;
+  * evaluation and training keys come from disjoint streams of the same seed:
+    `training_key(seed) = fold_in(key(seed), 0)` and `evaluation_key(seed) = fold_in(key(seed), 1)`.
+    A trainer that derives every key from `training_key` never sees an evaluation episode.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.env import EnvParams, InferenceGymEnv, Observation
+from inferencegym_jax.serving import IntervalMetrics
+
+Policy = Callable[[jax.Array, Observation, EnvParams], Any]
+TRAIN_STREAM, EVAL_STREAM = 0, 1
+
+
+def training_key(seed: int) -> jax.Array:
+    """Root key of everything a trainer draws for `seed`."""
+    return jax.random.fold_in(jax.random.key(seed), TRAIN_STREAM)
+
+
+def evaluation_key(seed: int) -> jax.Array:
+    """Root key of held-out evaluation episodes for `seed` (disjoint from `training_key`)."""
+    return jax.random.fold_in(jax.random.key(seed), EVAL_STREAM)
+
+
+@struct.dataclass
+class Trajectory:
+    """Per-interval records of a batch of episodes; leading axes (episodes, time).
+
+    Attributes:
+      reward: float32 (N, T), reward per interval.
+      reward_components: dict of float32 (N, T): throughput, latency, violations, cost.
+      metrics: serving.IntervalMetrics with (N, T) leaves (class_share (N, T, 3)).
+      action: ServingAction applied, (N, T) leaves.
+      clipped: bool (N, T, 5), knobs the env clipped or masked.
+      valid: bool (N, T), True for intervals inside the episode (all of them here: episodes
+        run exactly to the horizon; graders accept shorter, masked ones).
+    """
+
+    reward: jax.Array
+    reward_components: dict[str, jax.Array]
+    metrics: IntervalMetrics
+    action: ServingAction
+    clipped: jax.Array
+    valid: jax.Array
+
+
+def episode_keys(key: jax.Array, start: int, count: int) -> jax.Array:
+    """Keys of episodes start .. start + count - 1: fold_in(key, i)."""
+    return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(start, start + count))
+
+
+def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: jax.Array, num_steps: int) -> Trajectory:
+    """One episode of `num_steps` intervals from a reset with `key` (no auto-reset inside)."""
+    k_reset, k_env, k_policy = jax.random.split(key, 3)
+    obs, state = env.reset_env(k_reset, params)
+
+    def body(carry, t):
+        obs, state = carry
+        action = policy(jax.random.fold_in(k_policy, t), obs, params)
+        obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
+        out = Trajectory(
+            reward=reward,
+            reward_components=info["reward_components"],
+            metrics=info["metrics"],
+            action=info["applied_action"],
+            clipped=info["clipped"],
+            valid=jnp.ones((), bool),
+        )
+        return (obs, state), out
+
+    _, traj = jax.lax.scan(body, (obs, state), jnp.arange(num_steps))
+    return traj
+
+
+@functools.partial(jax.jit, static_argnames=("env", "policy", "num_steps"))
+def _run_batch(env, params, policy, keys, num_steps):
+    return jax.vmap(lambda k: run_episode(env, params, policy, k, num_steps))(keys)
+
+
+def run_episodes(
+    env: InferenceGymEnv,
+    params: EnvParams,
+    policy: Policy,
+    key: jax.Array,
+    num_episodes: int,
+    *,
+    batch_size: int | None = None,
+    num_steps: int | None = None,
+) -> Trajectory:
+    """Episodes 0 .. num_episodes-1 of `policy`, episode i from fold_in(key, i).
+
+    Args:
+      batch_size: episodes per jitted call (default: all at once); results do not depend on it.
+      num_steps: intervals per episode (default: the task horizon).
+    """
+    if num_episodes < 1:
+        raise ValueError(f"num_episodes={num_episodes} must be >= 1")
+    num_steps = int(num_steps or int(params.max_steps_in_episode))
+    batch_size = int(batch_size or num_episodes)
+    if batch_size < 1:
+        raise ValueError(f"batch_size={batch_size} must be >= 1")
+    chunks = []
+    for start in range(0, num_episodes, batch_size):
+        count = min(batch_size, num_episodes - start)
+        chunks.append(_run_batch(env, params, policy, episode_keys(key, start, count), num_steps))
+    if len(chunks) == 1:
+        return chunks[0]
+    return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *chunks)

@@ -1,0 +1,348 @@
+"""Request traffic: arrival-rate schedules, Poisson arrivals, prompt/output lengths, priority mix.
+
+Everything is a pure function of (key, state, params) with fixed shapes. There are
+`NUM_CLASSES` priority classes (0 = highest); a task that has one class puts all its traffic in
+class 1 ("standard").
+
+Per control interval the environment needs, per class, the number of new requests and the sums
+of their prompt and output lengths. Counts are Poisson with the scheduled rate. Length sums of
+n requests are drawn from the normal law of a sum of n i.i.d. lengths (mean n * m, variance
+n * v, kept >= n * min), which is exact in its first two moments and far cheaper than n
+individual draws; `sample_lengths` draws individual lengths for tests and references.
+
+Arrival schedules (`schedule`, static):
+  "constant": rate = base_rate.
+  "periodic": rate = base_rate * burst_multiplier for burst_duration_s of every
+    burst_period_s, else base_rate; the phase is drawn at reset.
+  "mmpp": a two-state Markov-modulated Poisson process: bursts at burst_multiplier * base_rate
+    start with probability dt / burst_gap_s per interval and end with probability
+    dt / burst_duration_s (mean gap and mean burst length in seconds).
+  "trace": replay of a recorded trace (see `trace` below).
+
+Length distributions (`LengthDist.kind`, per class, traced):
+  0 uniform on [low, high]; 1 lognormal (median1, sigma1) clamped to [low, high];
+  2 bimodal: with probability weight2 the second lognormal (median2, sigma2), else the first,
+  clamped to [low, high].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from jax.scipy.special import ndtr, ndtri
+
+Array = Any
+NUM_CLASSES = 3
+SCHEDULES = ("constant", "periodic", "mmpp", "trace")
+LENGTH_KINDS = {"uniform": 0, "lognormal": 1, "bimodal": 2}
+
+
+@struct.dataclass
+class LengthDist:
+    """A distribution of token counts per request, one per priority class; leaves shape (3,).
+
+    Attributes:
+      kind: int32, 0 uniform, 1 clamped lognormal, 2 clamped two-lognormal mixture.
+      low: float32 [tokens], lower bound (uniform start or clamp).
+      high: float32 [tokens], upper bound (uniform end or clamp).
+      median1: float32 [tokens], median of the first lognormal component.
+      sigma1: float32, log-space standard deviation of the first component.
+      median2: float32 [tokens], median of the second component (bimodal only).
+      sigma2: float32, log-space standard deviation of the second component.
+      weight2: float32, probability of the second component (bimodal only).
+    """
+
+    kind: Array
+    low: Array
+    high: Array
+    median1: Array
+    sigma1: Array
+    median2: Array
+    sigma2: Array
+    weight2: Array
+
+
+def length_dist(
+    kind: str,
+    low: float,
+    high: float,
+    median1: float = 1.0,
+    sigma1: float = 1.0,
+    median2: float = 1.0,
+    sigma2: float = 1.0,
+    weight2: float = 0.0,
+) -> LengthDist:
+    """One `LengthDist`, the same for every class; validated (ValueError names the field)."""
+    if kind not in LENGTH_KINDS:
+        raise ValueError(f"length kind={kind!r} is not one of {sorted(LENGTH_KINDS)}")
+    if not 1 <= low <= high:
+        raise ValueError(f"length low={low}, high={high}: need 1 <= low <= high")
+    for name, value in (("median1", median1), ("median2", median2), ("sigma1", sigma1), ("sigma2", sigma2)):
+        if not value > 0:
+            raise ValueError(f"length {name}={value} must be > 0")
+    if not 0.0 <= weight2 <= 1.0:
+        raise ValueError(f"length weight2={weight2} must be in [0, 1]")
+    full = lambda x, dtype=jnp.float32: jnp.full((NUM_CLASSES,), x, dtype)  # noqa: E731
+    return LengthDist(
+        kind=full(LENGTH_KINDS[kind], jnp.int32),
+        low=full(low),
+        high=full(high),
+        median1=full(median1),
+        sigma1=full(sigma1),
+        median2=full(median2),
+        sigma2=full(sigma2),
+        weight2=full(weight2),
+    )
+
+
+@struct.dataclass
+class Trace:
+    """A recorded request trace in fixed-shape arrays, one per class; leaves shape (3, N+1).
+
+    Attributes:
+      arrival_s: float32 [s], arrival time of request i since the trace start, sorted; padded
+        past the end with +inf. Index 0 is a sentinel at -inf.
+      prompt_cumsum: float32 [tokens], prompt tokens of requests 1..i (prefix sums, 0 at 0).
+      output_cumsum: float32 [tokens], output tokens of requests 1..i.
+      prompt_sq_cumsum: float32 [tokens^2], squared prompt tokens of requests 1..i.
+      duration_s: float32 [s], shape (3,), length of each class's trace; episodes start at an
+        offset in [0, duration_s - episode length).
+    """
+
+    arrival_s: Array
+    prompt_cumsum: Array
+    output_cumsum: Array
+    prompt_sq_cumsum: Array
+    duration_s: Array
+
+
+@struct.dataclass
+class WorkloadParams:
+    """Traffic parameters (a pytree; `schedule` is static).
+
+    Attributes:
+      base_rate: float32 [req/s], mean arrival rate outside bursts, all classes together.
+      class_mix: float32 (3,), fraction of requests in each priority class; sums to 1.
+      burst_multiplier: float32, rate factor during a burst.
+      burst_period_s: float32 [s], period of "periodic" bursts.
+      burst_duration_s: float32 [s], burst length ("periodic") or mean burst length ("mmpp").
+      burst_gap_s: float32 [s], mean time between "mmpp" bursts.
+      prompt: LengthDist of prompt lengths [tokens].
+      output: LengthDist of output lengths [tokens].
+      trace: Trace for "trace" replay, else None.
+      schedule: static str, one of SCHEDULES.
+    """
+
+    base_rate: Array
+    class_mix: Array
+    burst_multiplier: Array
+    burst_period_s: Array
+    burst_duration_s: Array
+    burst_gap_s: Array
+    prompt: LengthDist
+    output: LengthDist
+    trace: Trace | None = None
+    schedule: str = struct.field(pytree_node=False, default="constant")
+
+
+@struct.dataclass
+class WorkloadState:
+    """Per-episode traffic state.
+
+    Attributes:
+      in_burst: bool, whether an "mmpp" burst is on.
+      phase_s: float32 [s], offset of the "periodic" schedule, or of the trace replay start.
+    """
+
+    in_burst: Array
+    phase_s: Array
+
+
+@struct.dataclass
+class Arrivals:
+    """New requests of one control interval, per class; leaves shape (3,).
+
+    Attributes:
+      count: float32 [requests], integer-valued.
+      prompt_tokens: float32 [tokens], sum of their prompt lengths.
+      output_tokens: float32 [tokens], sum of their output lengths.
+      prompt_sq_tokens: float32 [tokens^2], sum of squared prompt lengths (prefill attention).
+      rate: float32 [req/s], the scheduled rate of the interval (all classes), for reference.
+    """
+
+    count: Array
+    prompt_tokens: Array
+    output_tokens: Array
+    prompt_sq_tokens: Array
+    rate: Array
+
+
+def validate_workload(params: WorkloadParams) -> None:
+    """Host-side checks; ValueError names the field and the allowed range."""
+    import numpy as np
+
+    checks = [
+        ("base_rate", params.base_rate, lambda x: np.all(x >= 0), ">= 0 [req/s]"),
+        ("burst_multiplier", params.burst_multiplier, lambda x: np.all(x >= 1), ">= 1"),
+        ("burst_period_s", params.burst_period_s, lambda x: np.all(x > 0), "> 0 [s]"),
+        ("burst_duration_s", params.burst_duration_s, lambda x: np.all(x > 0), "> 0 [s]"),
+        ("burst_gap_s", params.burst_gap_s, lambda x: np.all(x > 0), "> 0 [s]"),
+        ("class_mix", params.class_mix, lambda x: np.all(x >= 0) and abs(np.sum(x) - 1) < 1e-4,
+         "non-negative, summing to 1"),
+    ]
+    for name, value, ok, allowed in checks:
+        value = np.asarray(value)
+        if not ok(value):
+            raise ValueError(f"workload.{name}={value.tolist()} out of range: must be {allowed}")
+    if params.schedule not in SCHEDULES:
+        raise ValueError(f"workload.schedule={params.schedule!r} is not one of {list(SCHEDULES)}")
+    if params.schedule == "trace" and params.trace is None:
+        raise ValueError("workload.trace is required when workload.schedule='trace'")
+
+
+# ----------------------------------------------------------------------------- lengths
+
+
+def _lognormal_partial_moment(median: Array, sigma: Array, low: Array, high: Array, k: int) -> Array:
+    """E[clip(X, low, high)^k] for X lognormal(log median, sigma), in closed form."""
+    mu = jnp.log(median)
+    a = (jnp.log(low) - mu) / sigma
+    b = (jnp.log(high) - mu) / sigma
+    inside = jnp.exp(k * mu + 0.5 * (k * sigma) ** 2) * (ndtr(b - k * sigma) - ndtr(a - k * sigma))
+    return inside + low**k * ndtr(a) + high**k * (1.0 - ndtr(b))
+
+
+def length_moments(dist: LengthDist) -> tuple[Array, Array]:
+    """First and second moments of each class's length distribution; shapes (3,)."""
+    lo, hi = dist.low, dist.high
+    uniform_m1 = 0.5 * (lo + hi)
+    uniform_m2 = (lo * lo + lo * hi + hi * hi) / 3.0
+    c1 = [_lognormal_partial_moment(dist.median1, dist.sigma1, lo, hi, k) for k in (1, 2)]
+    c2 = [_lognormal_partial_moment(dist.median2, dist.sigma2, lo, hi, k) for k in (1, 2)]
+    w = jnp.where(dist.kind == 2, dist.weight2, 0.0)
+    mix = [(1.0 - w) * x + w * y for x, y in zip(c1, c2)]
+    m1 = jnp.where(dist.kind == 0, uniform_m1, mix[0])
+    m2 = jnp.where(dist.kind == 0, uniform_m2, mix[1])
+    return m1, m2
+
+
+def sample_lengths(key: jax.Array, dist: LengthDist, shape: tuple[int, ...]) -> Array:
+    """Individual lengths [tokens], float32 of `shape + (3,)` (one column per class)."""
+    k_u, k_n, k_c = jax.random.split(key, 3)
+    full = shape + (NUM_CLASSES,)
+    uniform = dist.low + jax.random.uniform(k_u, full) * (dist.high - dist.low)
+    z = jax.random.normal(k_n, full)
+    second = jax.random.uniform(k_c, full) < jnp.where(dist.kind == 2, dist.weight2, 0.0)
+    log_len = jnp.where(
+        second, jnp.log(dist.median2) + dist.sigma2 * z, jnp.log(dist.median1) + dist.sigma1 * z
+    )
+    lognormal = jnp.clip(jnp.exp(log_len), dist.low, dist.high)
+    return jnp.round(jnp.where(dist.kind == 0, uniform, lognormal))
+
+
+def _sum_of_lengths(z: Array, count: Array, dist: LengthDist) -> tuple[Array, Array]:
+    """Sum of `count` i.i.d. lengths (normal law of the sum) and the expected sum of squares."""
+    m1, m2 = length_moments(dist)
+    var = jnp.maximum(m2 - m1 * m1, 0.0)
+    total = count * m1 + jnp.sqrt(count * var) * z
+    total = jnp.clip(total, count * dist.low, count * dist.high)
+    return total, count * m2
+
+
+# ----------------------------------------------------------------------------- arrivals
+
+
+def init(key: jax.Array, params: WorkloadParams, episode_s: Array) -> WorkloadState:
+    """Per-episode traffic state: a random burst phase or trace offset."""
+    k_phase, k_burst = jax.random.split(key)
+    u = jax.random.uniform(k_phase)
+    if params.schedule == "trace":
+        span = jnp.maximum(jnp.min(params.trace.duration_s) - episode_s, 0.0)
+        phase = u * span
+    else:
+        phase = u * params.burst_period_s
+    p_on = params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
+    in_burst = (params.schedule == "mmpp") & (jax.random.uniform(k_burst) < p_on)
+    return WorkloadState(in_burst=jnp.asarray(in_burst), phase_s=jnp.asarray(phase, jnp.float32))
+
+
+def arrival_rate(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array:
+    """Scheduled arrival rate [req/s] at time t_s (all classes)."""
+    if params.schedule == "periodic":
+        on = jnp.mod(t_s + state.phase_s, params.burst_period_s) < params.burst_duration_s
+    elif params.schedule == "mmpp":
+        on = state.in_burst
+    else:
+        on = jnp.asarray(False)
+    return params.base_rate * jnp.where(on, params.burst_multiplier, 1.0)
+
+
+def step(
+    key: jax.Array, state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams
+) -> tuple[WorkloadState, Arrivals]:
+    """Arrivals in [t_s, t_s + dt_s) and the next traffic state."""
+    if params.schedule == "trace":
+        return state, _trace_arrivals(state, t_s, dt_s, params)
+    k_count, k_len, k_burst = jax.random.split(key, 3)
+    rate = arrival_rate(state, t_s, params)
+    count = jax.random.poisson(k_count, rate * dt_s * params.class_mix, (NUM_CLASSES,))
+    count = count.astype(jnp.float32)
+    z = jax.random.normal(k_len, (2, NUM_CLASSES))
+    prompt, prompt_sq = _sum_of_lengths(z[0], count, params.prompt)
+    output, _ = _sum_of_lengths(z[1], count, params.output)
+    arrivals = Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate)
+    if params.schedule == "mmpp":
+        u = jax.random.uniform(k_burst)
+        flip = jnp.where(state.in_burst, dt_s / params.burst_duration_s, dt_s / params.burst_gap_s)
+        state = state.replace(in_burst=jnp.where(u < flip, ~state.in_burst, state.in_burst))
+    return state, arrivals
+
+
+def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams) -> Arrivals:
+    """Exact replay: requests of each class's trace with arrival in [t, t + dt) past the offset."""
+    tr = params.trace
+    start, end = state.phase_s + t_s, state.phase_s + t_s + dt_s
+
+    def one_class(arrival, prompt_cs, output_cs, sq_cs):
+        # Index of the last request with arrival < x (the sentinel at 0 is -inf).
+        i0 = jnp.searchsorted(arrival, start, side="left") - 1
+        i1 = jnp.searchsorted(arrival, end, side="left") - 1
+        return (
+            (i1 - i0).astype(jnp.float32),
+            prompt_cs[i1] - prompt_cs[i0],
+            output_cs[i1] - output_cs[i0],
+            sq_cs[i1] - sq_cs[i0],
+        )
+
+    count, prompt, output, sq = jax.vmap(one_class)(
+        tr.arrival_s, tr.prompt_cumsum, tr.output_cumsum, tr.prompt_sq_cumsum
+    )
+    return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s)
+
+
+def mean_rate(params: WorkloadParams) -> Array:
+    """Long-run mean arrival rate [req/s] of the schedule (trace: requests / duration)."""
+    if params.schedule == "periodic":
+        frac = jnp.minimum(params.burst_duration_s / params.burst_period_s, 1.0)
+    elif params.schedule == "mmpp":
+        frac = params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
+    elif params.schedule == "trace":
+        n = jnp.sum(jnp.isfinite(params.trace.arrival_s[:, 1:]), axis=1)
+        return jnp.sum(n / params.trace.duration_s)
+    else:
+        frac = 0.0
+    return params.base_rate * (1.0 + frac * (params.burst_multiplier - 1.0))
+
+
+def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
+    """Mix-weighted mean prompt and output lengths [tokens] (trace: over the whole trace)."""
+    if params.schedule == "trace":
+        tr = params.trace
+        n = jnp.sum(jnp.isfinite(tr.arrival_s[:, 1:]), axis=1)
+        total = jnp.maximum(jnp.sum(n), 1)
+        return jnp.sum(jnp.max(tr.prompt_cumsum, axis=1)) / total, jnp.sum(jnp.max(tr.output_cumsum, axis=1)) / total
+    mix = params.class_mix
+    return jnp.sum(mix * length_moments(params.prompt)[0]), jnp.sum(mix * length_moments(params.output)[0])

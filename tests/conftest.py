@@ -1,0 +1,26 @@
+"""Shared fixtures. Tests import the installed package, as users do."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import inferencegym_jax as ig
+
+# tests/ (not the repository root) goes on sys.path, so `helpers` imports while the package
+# still comes from site-packages.
+sys.path.insert(0, str(Path(__file__).parent))
+
+if os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED") and "site-packages" not in ig.__file__:
+    raise RuntimeError(f"tests must run against the installed package, got {ig.__file__}")
+
+TASK_IDS = ig.registered_envs()
+
+
+@pytest.fixture(scope="session", params=TASK_IDS)
+def task(request):
+    """(env, params) of every registered task."""
+    return ig.make(request.param)

@@ -1,0 +1,1 @@
+"""PPO training for inferencegym_jax."""
