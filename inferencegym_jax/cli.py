@@ -81,7 +81,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", choices=["default", "random"], default="default")
     p.set_defaults(func=cmd_rollout)
+    _register_optional(sub)
     return parser
+
+
+def _register_optional(sub: argparse._SubParsersAction) -> None:
+    """Subcommands of other layers (training: train, eval, sweep; benchmarks), when installed.
+
+    Each provides `register(subparsers)` and imports its heavy dependencies lazily.
+    """
+    import importlib
+
+    for module in ("training.cli", "inferencegym_jax.bench"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as err:
+            if err.name not in (module, module.rsplit(".", 1)[0]):
+                raise
+            continue
+        mod.register(sub)
 
 
 def main(argv: list[str] | None = None) -> None:
