@@ -39,7 +39,7 @@ _LENGTH_SCHEMA = {
     "median2": float, "sigma2": float, "weight2": float,
 }
 _SCHEMA: dict[str, Any] = {
-    "id": str, "name": str, "difficulty": str, "gpu": str, "model": str, "draft": str,
+    "id": str, "name": str, "difficulty": str, "grader": str, "gpu": str, "model": str, "draft": str,
     "active_knobs": list, "max_steps": int,
     "default_action": {k: float for k in KNOBS},
     "server": {
