@@ -301,6 +301,7 @@ class InferenceGymEnv:
             "timeouts": m.timeouts,
             "oom": m.oom,
             "arrivals": jnp.sum(arrivals.count),
+            "offered_tokens": jnp.sum(arrivals.output_tokens),
             "metrics": m,
             "clipped": clipped,
             "applied_action": applied,

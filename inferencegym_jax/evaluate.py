@@ -49,6 +49,7 @@ class Trajectory:
       metrics: serving.IntervalMetrics with (N, T) leaves (class_share (N, T, 3)).
       action: ServingAction applied, (N, T) leaves.
       clipped: bool (N, T, 5), knobs the env clipped or masked.
+      offered_tokens: float32 (N, T) [tokens], output tokens of the requests that arrived.
       valid: bool (N, T), True for intervals inside the episode (all of them here: episodes
         run exactly to the horizon; graders accept shorter, masked ones).
     """
@@ -58,6 +59,7 @@ class Trajectory:
     metrics: IntervalMetrics
     action: ServingAction
     clipped: jax.Array
+    offered_tokens: jax.Array
     valid: jax.Array
 
 
@@ -81,6 +83,7 @@ def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: ja
             metrics=info["metrics"],
             action=info["applied_action"],
             clipped=info["clipped"],
+            offered_tokens=info["offered_tokens"],
             valid=jnp.ones((), bool),
         )
         return (obs, state), out
