@@ -31,6 +31,7 @@ TASK_FILES: dict[str, str] = {
     "InferenceGym-Task1-v0": "task1.toml",
     "InferenceGym-Task2-v0": "task2.toml",
     "InferenceGym-Task3-v0": "task3.toml",
+    "InferenceGym-Task4-v0": "task4.toml",
 }
 
 # The schema of a task file: key -> type, or a nested schema.
@@ -49,7 +50,7 @@ _SCHEMA: dict[str, Any] = {
     "workload": {
         "schedule": str, "base_rate": float, "burst_multiplier": float, "burst_period_s": float,
         "burst_duration_s": float, "burst_gap_s": float, "class_mix": list, "trace": str,
-        "prompt": _LENGTH_SCHEMA, "output": _LENGTH_SCHEMA,
+        "trace_keep_one_in": int, "prompt": _LENGTH_SCHEMA, "output": _LENGTH_SCHEMA,
     },
     "reward": {"weights": list, "cost_budget_per_1k": float},
 }
@@ -148,7 +149,7 @@ def build_params(config: Mapping[str, Any]) -> EnvParams:
     if w.get("schedule") == "trace":
         from inferencegym_jax import traces  # data files are only read by trace tasks
 
-        trace = traces.load_trace(w["trace"])
+        trace = traces.load_trace(w["trace"], w.get("trace_keep_one_in", 1))
     wl = workload.WorkloadParams(
         base_rate=f32(w.get("base_rate", 0.0)),
         class_mix=f32(w["class_mix"]),

@@ -304,7 +304,9 @@ def step(
 def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams) -> Arrivals:
     """Exact replay: requests of each class's trace with arrival in [t, t + dt) past the offset."""
     tr = params.trace
-    start, end = state.phase_s + t_s, state.phase_s + t_s + dt_s
+    # end = phase + (t + dt), not (phase + t) + dt: bit for bit the next interval's start, so
+    # consecutive intervals partition the trace (no request counted twice or lost to rounding).
+    start, end = state.phase_s + t_s, state.phase_s + (t_s + dt_s)
 
     def one_class(arrival, prompt_cs, output_cs, sq_cs):
         # Index of the last request with arrival < x (the sentinel at 0 is -inf).
