@@ -1,0 +1,77 @@
+"""Graded evaluation of a trained policy against every baseline, on held-out episodes.
+
+Episodes come from `evaluate.evaluation_key(eval_seed)` (episode i from fold_in(key, i)), a
+stream disjoint from every training key, and every policy sees the same episodes, so the
+comparison is paired. The trained policy acts with its observation normaliser frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from training.ppo import RunnerState, Trainer
+
+PPO_NAME = "ppo"
+
+
+def evaluate_against_baselines(
+    trainer: Trainer, runner: RunnerState, num_episodes: int, eval_seed: int = 0,
+    extra_policies: dict[str, Any] | None = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Grade the trained policy and every baseline on `num_episodes` held-out episodes.
+
+    Returns (the `evaluate.summarize` DataFrame, one row per policy, PPO first; the results
+    keyed by policy name as plain dicts: per-episode scores and the summary row).
+    """
+    from inferencegym_jax import baselines, evaluate
+
+    env, params, task_id = trainer.env, trainer.env_params, trainer.config.task
+    policies = {PPO_NAME: trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)}
+    policies.update(extra_policies or {})
+    policies.update(baselines.baseline_policies(env, params, task_id))
+    key = evaluate.evaluation_key(eval_seed)
+    results = {name: evaluate.evaluate(env, params, policy, key, num_episodes, task_id)
+               for name, policy in policies.items()}
+    table = evaluate.summarize(results)
+    return table, results
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: numpy arrays and scalars to lists and floats, NaN to None."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _plain(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def eval_record(trainer: Trainer, runner: RunnerState, table: Any, results: dict[str, Any],
+                num_episodes: int, eval_seed: int) -> dict[str, Any]:
+    """What `DIR/eval.json` holds: the run, the table's rows, per-episode scores per policy."""
+    return {
+        "task": trainer.config.task,
+        "updates": int(runner.update),
+        "env_steps": int(runner.update) * trainer.config.batch_size,
+        "episodes": num_episodes,
+        "eval_seed": eval_seed,
+        "deterministic_eval": trainer.config.deterministic_eval,
+        "table": _plain(table.reset_index().to_dict(orient="records")),
+        "scores": {name: _plain(np.asarray(r.scores)) for name, r in results.items()},
+    }
+
+
+def write_json(path: str | Path, record: dict[str, Any]) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
