@@ -197,6 +197,10 @@ class DraftSpec:
 
 # DESIGN.md calibration points: EAGLE-style drafts on chat data 1.66 / 2.04 / 2.39 / 2.61 and
 # n-gram (prompt lookup) drafts 1.24 / 1.34 / 1.43 / 1.49 tokens per verify step at k=1/2/4/8.
+# Acceptance depends on the workload, so each task picks its draft (`draft` in its TOML): EAGLE
+# where the traffic is chat (its acceptance was measured on chat data); n-gram lookup (vLLM's
+# "ngram" speculator, after Saxena's prompt-lookup decoding, 2023) copies spans of the prompt
+# and pays off where outputs repeat their context (code edits, retrieval, summaries).
 # EAGLE's draft head is one decoder layer plus the shared LM head (Li et al., ICML 2024):
 # 218 M linear parameters for Llama-3-8B (= params_linear / 32) plus the 525 M LM head.
 SPEC_LENGTHS: tuple[int, ...] = (0, 1, 2, 4, 8)

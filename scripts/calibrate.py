@@ -16,6 +16,10 @@ ops (norms, RoPE, activation, residual add) are fitted as t_elem(N) = a + b * N 
 (relative least squares, Vidur only): b
 becomes bytes of activation traffic per token (at the fitted bandwidth) and a a fixed latency.
 
+No efficiency-vs-tokens curve on top of the smooth max: the smooth max already bends across
+the memory-to-compute knee, and a fourth parameter (eta_f rising as 1 - exp(-N / N0)) fits no
+better; scripts/fidelity_report.py refits it and reports both in docs/FIDELITY.md.
+
 Sources (MIT, see data/profiling/*/PROVENANCE.txt):
   A100: Vidur Llama-3-8B, tensor parallel 1.
   H100: Vidur Llama-2-7B (same hidden size 4096) and LLMServingSim Llama-3.1-8B, weighted equally.
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +41,10 @@ import pandas as pd
 from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+try:
+    import inferencegym_jax  # noqa: F401  (the installed package, as users have it)
+except ImportError:  # a bare checkout: use the source tree
+    sys.path.insert(0, str(ROOT))
 from inferencegym_jax.profiles import GPUS, MODELS  # noqa: E402
 
 PROFILES = ROOT / "data" / "profiling"
@@ -167,6 +176,19 @@ def render(result: dict) -> str:
     return json.dumps(result, indent=2, sort_keys=True) + "\n"
 
 
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and a rename."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "data" / "calibration.json")
@@ -178,7 +200,7 @@ def main() -> None:
             sys.exit(f"{args.out} is stale: rerun scripts/calibrate.py")
         print(f"{args.out} is up to date")
         return
-    args.out.write_text(text)
+    write_atomic(args.out, text)
     print(text)
 
 
