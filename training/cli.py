@@ -78,11 +78,13 @@ def _print_table(table: Any) -> None:
         print(table.to_string())
 
 
-def _graded_evaluation(trainer, runner, episodes: int, eval_seed: int, out_json: Path | None, extra: dict):
+def _graded_evaluation(trainer, runner, args: argparse.Namespace, episodes: int, out_json: Path | None, extra: dict):
     from training.evaluation import eval_record, evaluate_against_baselines, write_json
 
+    eval_seed = args.eval_seed
+    names = args.baselines.split(",") if args.baselines else None
     t0 = time.perf_counter()
-    table, results = evaluate_against_baselines(trainer, runner, episodes, eval_seed)
+    table, results, rewards = evaluate_against_baselines(trainer, runner, episodes, eval_seed, names)
     seconds = time.perf_counter() - t0
     print(f"\ngraded evaluation: {episodes} held-out episodes (evaluation_key({eval_seed})), "
           f"{trainer.config.task}, {int(runner.update)} updates, {seconds:.1f} s")
@@ -92,7 +94,7 @@ def _graded_evaluation(trainer, runner, episodes: int, eval_seed: int, out_json:
     if out_json is not None:
         write_json(out_json, record)
         print(f"wrote {out_json}")
-    return table, results, record
+    return table, {name: float(r.mean()) for name, r in rewards.items()}, record
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -116,10 +118,10 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"trained {len(rows)} updates ({steps:,} env steps) in {train_seconds:.1f} s "
           f"(compile included): {steps / max(train_seconds, 1e-9):,.0f} env steps/s", flush=True)
     episodes = args.eval_episodes or config.eval_episodes
-    table, results, _ = _graded_evaluation(
-        trainer, runner, episodes, args.eval_seed, out / "eval.json",
+    table, levels, _ = _graded_evaluation(
+        trainer, runner, args, episodes, out / "eval.json",
         {"train_seconds": train_seconds, "config": config.to_toml()})
-    plot_reward_curve(read_metrics(out), results, out / "reward_curve.png", title=config.task)
+    plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
     print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'checkpoint.msgpack'}")
 
 
@@ -130,7 +132,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
     config = read_config(args.checkpoint)
     trainer = make_train(config)
     runner = load_checkpoint(args.checkpoint, trainer)
-    _graded_evaluation(trainer, runner, args.episodes, args.eval_seed, Path(args.json) if args.json else None,
+    _graded_evaluation(trainer, runner, args, args.episodes, Path(args.json) if args.json else None,
                        {"checkpoint": str(args.checkpoint)})
 
 
@@ -170,6 +172,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.msgpack")
     p.add_argument("--eval-episodes", type=_positive_int, default=None, help="held-out episodes (default: config)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="grade a saved policy against every baseline")
@@ -177,6 +180,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--episodes", type=_positive_int, default=256)
     p.add_argument("--eval-seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="vmapped sweep over traced hyperparameters and seeds")

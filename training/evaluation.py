@@ -21,24 +21,33 @@ PPO_NAME = "ppo"
 
 def evaluate_against_baselines(
     trainer: Trainer, runner: RunnerState, num_episodes: int, eval_seed: int = 0,
-    extra_policies: dict[str, Any] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """Grade the trained policy and every baseline on `num_episodes` held-out episodes.
+    baseline_names: list[str] | None = None,
+) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """Grade the trained policy and the baselines (default: every one) on held-out episodes.
 
-    Returns (the `evaluate.summarize` DataFrame, one row per policy, PPO first; the results
-    keyed by policy name as plain dicts: per-episode scores and the summary row).
+    Returns (the `evaluate.summarize` DataFrame with a mean-reward column, one row per policy,
+    PPO first; the `EvalResult` of each policy by name; each policy's mean reward per interval,
+    float (num_episodes,)).
     """
     from inferencegym_jax import baselines, evaluate
 
     env, params, task_id = trainer.env, trainer.env_params, trainer.config.task
     policies = {PPO_NAME: trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)}
-    policies.update(extra_policies or {})
-    policies.update(baselines.baseline_policies(env, params, task_id))
+    available = baselines.baseline_policies(env, params, task_id)
+    names = list(available) if baseline_names is None else baseline_names
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; available: {list(available)}")
+    policies.update({n: available[n] for n in names})
     key = evaluate.evaluation_key(eval_seed)
-    results = {name: evaluate.evaluate(env, params, policy, key, num_episodes, task_id)
-               for name, policy in policies.items()}
+    results, rewards = {}, {}
+    for name, policy in policies.items():
+        traj = evaluate.run_episodes(env, params, policy, key, num_episodes)
+        results[name] = evaluate.grade_trajectory(traj, params, task_id)
+        rewards[name] = np.asarray(traj.reward).mean(axis=1)
     table = evaluate.summarize(results)
-    return table, results
+    table.insert(2, "reward", [float(rewards[name].mean()) for name in table.index])
+    return table, results, rewards
 
 
 def _plain(value: Any) -> Any:

@@ -98,7 +98,8 @@ def run_training(
         while done < target:
             n = min(config.checkpoint_every, target - done)
             t0 = time.perf_counter()
-            runner, metrics = trainer.jit_run_updates(runner, hp, n)
+            runner, metrics = trainer.jit_run_chunk(runner, hp, np.int32(n))
+            metrics = {k: v[:n] for k, v in metrics.items()}
             jax.block_until_ready(runner)
             rows = _metrics_rows(trainer, done, metrics)
             seconds = time.perf_counter() - t0

@@ -307,6 +307,29 @@ class Trainer:
         """`jax.jit(run_updates)` with num_updates static; compiled once per chunk length."""
         return jax.jit(self.run_updates, static_argnums=2)
 
+    def run_chunk(self, runner: RunnerState, hp: HParams, count: jax.Array) -> tuple[RunnerState, dict]:
+        """The first `count` (traced, <= config.checkpoint_every) of a chunk of checkpoint_every updates.
+
+        One compiled program serves every chunk length (the last, shorter chunk of a run and a
+        resumed one included); skipped steps cost a branch and return zero metrics.
+        """
+        shapes = jax.eval_shape(self.update_step, runner, hp)[1]
+
+        def body(r, i):
+            return jax.lax.cond(
+                i < count,
+                lambda r: self.update_step(r, hp),
+                lambda r: (r, jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)),
+                r,
+            )
+
+        return jax.lax.scan(body, runner, jnp.arange(self.config.checkpoint_every))
+
+    @functools.cached_property
+    def jit_run_chunk(self) -> Callable:
+        """`jax.jit(run_chunk)`: the host loop's one program."""
+        return jax.jit(self.run_chunk)
+
     def train(self, key: jax.Array, hp: HParams | None = None) -> tuple[RunnerState, dict[str, jax.Array]]:
         """The whole run: init + `config.num_updates` updates. Metrics have a leading update axis."""
         hp = self.default_hparams() if hp is None else hp
