@@ -97,3 +97,22 @@ def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
     obs, _ = trainer.env.reset(jax.random.key(0), trainer.env_params)
     action = policy(jax.random.key(1), obs, trainer.env_params)
     assert trainer.env.action_space(trainer.env_params).contains(np.asarray(action))
+
+
+def test_relative_actions_move_each_active_knob_at_most_one_step():
+    config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="relative", default_logit=2.0, num_envs=4,
+                       num_steps=2, num_minibatches=1)
+    trainer = make_train(config)
+    assert trainer.layout.nvec == (3, 3, 3, 1, 1)  # down / stay / up for kv_budget, spec_length, batch_size
+    current = jnp.asarray([[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]], jnp.int32)
+    down, up = jnp.zeros((2, 3), jnp.int32), jnp.full((2, 3), 2, jnp.int32)
+    np.testing.assert_array_equal(trainer.env_action(down, current), [[0, 3, 11, 0, 0], [4, 1, 5, 0, 0]])
+    np.testing.assert_array_equal(trainer.env_action(up, current), [[1, 4, 12, 0, 0], [6, 3, 7, 0, 0]])
+    env, params = trainer.env, trainer.env_params
+    obs, _ = env.reset(jax.random.key(0), params)
+    default = np.asarray(ig.actions.indices_from_action(params.default_action))
+    np.testing.assert_array_equal(trainer.config_indices(obs), default)
+    # The initial policy prefers "no change": its mode keeps the default configuration.
+    runner = trainer.jit_init(trainer.root_key())
+    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
+                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))

@@ -83,6 +83,12 @@ class PPOConfig:
     critic_widths: tuple[int, ...] = _static((64, 64), "hidden widths of the critic MLP",
                                              lambda v: len(v) >= 1 and all(w >= 1 for w in v),
                                              "a non-empty list of ints >= 1")
+    action_mode: str = _static("absolute", "'absolute': the policy picks each knob's grid index; 'relative': it "
+                                           "moves each knob by -1, 0 or +1 grid step from the value in force",
+                               lambda v: v in ("absolute", "relative"), "'absolute' or 'relative'")
+    default_logit: float = _static(0.0, "initial logit bonus per knob of the task's default action (absolute "
+                                        "mode) or of 'no change' (relative mode); 0: a uniform start",
+                                   lambda v: 0.0 <= v <= 20.0, "in [0, 20]")
     anneal_lr: bool = _static(True, "anneal the learning rate linearly to 0 over the run")
     normalize_obs: bool = _static(True, "normalise observations by running mean/std")
     scale_rewards: bool = _static(True, "divide rewards by the running std of the discounted return")
@@ -191,6 +197,10 @@ def _coerce(name: str, value: Any, annotation: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"config key {name!r} must be a number, got {value!r}")
         return float(value)
+    if annotation is str:
+        if not isinstance(value, str):
+            raise ValueError(f"config key {name!r} must be a string, got {value!r}")
+        return value
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or any(isinstance(x, bool) or not isinstance(x, int) for x in value):
             raise ValueError(f"config key {name!r} must be a list of integers, got {value!r}")

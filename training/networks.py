@@ -55,6 +55,14 @@ class ActionLayout:
         sizes = np.asarray([self.nvec[i] for i in self.active])
         return np.arange(self.width)[None, :] < sizes[:, None]
 
+    def initial_logits(self, default: np.ndarray, logit: float) -> tuple[float, ...] | None:
+        """Flat (K_a * width,) output bias that puts `logit` on each active knob's default index."""
+        if logit == 0.0:
+            return None
+        bias = np.zeros((len(self.active), self.width), np.float32)
+        bias[np.arange(len(self.active)), np.asarray(default)[list(self.active)]] = logit
+        return tuple(float(b) for b in bias.ravel())
+
     def to_env(self, action: jax.Array) -> jax.Array:
         """int32 (..., K_a) choices of the active knobs -> int32 (..., K), index 0 elsewhere."""
         full = jnp.zeros((*action.shape[:-1], len(self.nvec)), jnp.int32)
@@ -67,6 +75,7 @@ class MLP(nn.Module):
     widths: Sequence[int]
     out: int
     out_gain: float
+    out_bias: tuple[float, ...] | None = None
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -74,8 +83,9 @@ class MLP(nn.Module):
             x = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
                          bias_init=nn.initializers.zeros)(x)
             x = nn.tanh(x)
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_gain),
-                        bias_init=nn.initializers.zeros)(x)
+        bias = self.out_bias
+        bias_init = nn.initializers.zeros if bias is None else (lambda *_: jnp.asarray(bias, jnp.float32))
+        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_gain), bias_init=bias_init)(x)
 
 
 class ActorCritic(nn.Module):
@@ -84,6 +94,8 @@ class ActorCritic(nn.Module):
     Attributes:
       layout: ActionLayout of the action space.
       actor_widths, critic_widths: hidden widths.
+      initial_logits: optional float tuple (K_a * width,), the actor's initial output bias (row
+        per active knob); None starts every knob near uniform.
 
     `__call__(obs)` takes float32 (..., obs_dim) and returns (logits float32 (..., K_a, width)
     of the active knobs with padding masked, value float32 (...)).
@@ -92,11 +104,13 @@ class ActorCritic(nn.Module):
     layout: ActionLayout
     actor_widths: Sequence[int]
     critic_widths: Sequence[int]
+    initial_logits: tuple[float, ...] | None = None
 
     def setup(self) -> None:
         k, n = len(self.layout.active), self.layout.width
-        # Small output gain: the initial policy is near uniform over each knob's grid.
-        self.actor = MLP(tuple(self.actor_widths), k * n, out_gain=0.01)
+        # Small output gain: the initial policy is near uniform over each knob's grid (or near
+        # softmax(initial_logits)) whatever the observation.
+        self.actor = MLP(tuple(self.actor_widths), k * n, out_gain=0.01, out_bias=self.initial_logits)
         self.critic = MLP(tuple(self.critic_widths), 1, out_gain=1.0)
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:

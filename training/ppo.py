@@ -34,10 +34,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
 from inferencegym_jax import evaluate
+from inferencegym_jax.actions import ServingAction, indices_from_action
 from training.config import HParams, PPOConfig
 from training.networks import ActionLayout, ActorCritic, policy_distribution, sample_actions
 from training.normalize import RunningStats
@@ -54,6 +56,8 @@ class RunnerState:
       ret_stats: RunningStats of the discounted return, float32 () (reward scaling).
       env_state: the envs' state, leading axis num_envs.
       obs: float32 (num_envs, obs_dim), the current flat (unnormalised) observation.
+      config_idx: int32 (num_envs, K), grid indices of the knobs in force (relative actions
+        start from them; zeros in absolute mode).
       returns: float32 (num_envs,), discounted return so far in the current episodes.
       key: PRNG key (new-style) for the next update.
       update: int32 (), updates done.
@@ -65,6 +69,7 @@ class RunnerState:
     ret_stats: RunningStats
     env_state: Any
     obs: jax.Array
+    config_idx: jax.Array
     returns: jax.Array
     key: jax.Array
     update: jax.Array
@@ -145,8 +150,21 @@ class Trainer:
         self.config = config
         self.env = env
         self.env_params = env_params
-        self.layout = ActionLayout(tuple(env.action_space(env_params).nvec))
-        self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths)
+        self.nvec = tuple(env.action_space(env_params).nvec)
+        self.relative = config.action_mode == "relative"
+        if self.relative:
+            if not hasattr(env_params, "default_action"):
+                raise ValueError("action_mode='relative' needs an env whose observation has the knobs in force (config)")
+            # Each active knob: delta index 0, 1, 2 = one grid step down, no change, one step up.
+            self.layout = ActionLayout(tuple(3 if n > 1 else 1 for n in self.nvec))
+            self._centre = np.asarray([1 if n > 1 else 0 for n in self.nvec], np.int32)
+        else:
+            self.layout = ActionLayout(self.nvec)
+        initial = None
+        if config.default_logit and (self.relative or hasattr(env_params, "default_action")):
+            default = self._centre if self.relative else np.asarray(indices_from_action(env_params.default_action))
+            initial = self.layout.initial_logits(default, config.default_logit)
+        self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths, initial)
         obs, _ = env.reset(jax.random.key(0), env_params)
         self.obs_dim = int(env.flatten_observation(obs, env_params).shape[-1])
 
@@ -161,6 +179,22 @@ class Trainer:
 
     def _flat(self, obs: Any) -> jax.Array:
         return jax.vmap(self.env.flatten_observation, in_axes=(0, None))(obs, self.env_params)
+
+    def config_indices(self, obs: Any) -> jax.Array:
+        """int32 (..., K): grid indices of the knobs in force (absolute mode: unused zeros (num_envs, K))."""
+        if not self.relative:
+            return jnp.zeros((self.config.num_envs, len(self.nvec)), jnp.int32)
+        c = obs.config
+        return indices_from_action(ServingAction(*[c[..., i] for i in range(len(self.nvec))]))
+
+    def env_action(self, choice: jax.Array, config_idx: jax.Array) -> jax.Array:
+        """The env's int32 (..., K) action of the policy's choice (..., K_a)."""
+        full = self.layout.to_env(choice)
+        if not self.relative:
+            return full
+        active = np.asarray(self.nvec) > 1
+        moved = jnp.clip(config_idx + full - self._centre, 0, np.asarray(self.nvec) - 1)
+        return jnp.where(active, moved, 0).astype(jnp.int32)
 
     def _norm(self, stats: RunningStats, flat_obs: jax.Array) -> jax.Array:
         return stats.normalize(flat_obs) if self.config.normalize_obs else flat_obs
@@ -188,6 +222,7 @@ class Trainer:
             ret_stats=RunningStats.create(()),
             env_state=env_state,
             obs=self._flat(obs),
+            config_idx=self.config_indices(obs),
             returns=jnp.zeros((self.config.num_envs,), jnp.float32),
             key=k_run,
             update=jnp.zeros((), jnp.int32),
@@ -203,7 +238,7 @@ class Trainer:
         apply = self.network.apply
 
         def step(carry, k):
-            env_state, raw_obs, returns, seen = carry
+            env_state, raw_obs, config_idx, returns, seen = carry
             seen = seen.update(raw_obs)
             k_act, k_env = jax.random.split(k)
             obs = self._norm(runner.obs_stats, raw_obs)
@@ -211,20 +246,21 @@ class Trainer:
             action = sample_actions(k_act, logits)
             log_prob = policy_distribution(logits).log_prob(action)
             next_obs, env_state, reward, terminated, truncated, info = self._env_step(
-                k_env, env_state, self.layout.to_env(action))
+                k_env, env_state, self.env_action(action, config_idx))
             final = self._norm(runner.obs_stats, self._flat(info["final_observation"]))
             next_value = apply(runner.params, final, method=ActorCritic.value)
             done = terminated | truncated
             returns = returns * hp.gamma + reward
             transition = Transition(obs, action, log_prob, value, next_value, reward, terminated, done, returns)
             returns = jnp.where(done, 0.0, returns)
-            return (env_state, self._flat(next_obs), returns, seen), transition
+            return (env_state, self._flat(next_obs), self.config_indices(next_obs), returns, seen), transition
 
         seen = RunningStats(jnp.zeros_like(runner.obs_stats.mean), jnp.zeros_like(runner.obs_stats.var),
                             jnp.float32(0.0))
-        carry = (runner.env_state, runner.obs, runner.returns, seen)
-        (env_state, obs, returns, seen), traj = jax.lax.scan(step, carry, jax.random.split(key, self.config.num_steps))
-        return runner.replace(env_state=env_state, obs=obs, returns=returns), traj, seen
+        carry = (runner.env_state, runner.obs, runner.config_idx, runner.returns, seen)
+        (env_state, obs, config_idx, returns, seen), traj = jax.lax.scan(
+            step, carry, jax.random.split(key, self.config.num_steps))
+        return runner.replace(env_state=env_state, obs=obs, config_idx=config_idx, returns=returns), traj, seen
 
     def loss(self, params: Any, batch: Transition, advantages: jax.Array, targets: jax.Array,
              hp: HParams) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -339,13 +375,13 @@ class Trainer:
 
     def policy(self, params: Any, obs_stats: RunningStats, deterministic: bool = True) -> Callable:
         """`policy(key, obs, env_params) -> action` for evaluation, with frozen normaliser."""
-        apply, env, norm, layout = self.network.apply, self.env, self._norm, self.layout
+        apply, env, norm = self.network.apply, self.env, self._norm
 
         def act(key: jax.Array, obs: Any, env_params: Any) -> jax.Array:
             x = norm(obs_stats, env.flatten_observation(obs, env_params))
             logits = apply(params, x, method=ActorCritic.logits)
             action = policy_distribution(logits).mode() if deterministic else sample_actions(key, logits)
-            return layout.to_env(action)
+            return self.env_action(action, self.config_indices(obs))
 
         return act
 

@@ -79,6 +79,17 @@ def _stack_hparams(settings: list[dict[str, float]]) -> HParams:
     return HParams(**{f: jnp.asarray([s[f] for s in settings], jnp.float32) for f in traced_fields()})
 
 
+def has_grader(task_id: str) -> bool:
+    """Whether `graders.grade` can score this task (its normalising constants exist)."""
+    from inferencegym_jax import graders
+
+    try:
+        graders.load_constants(task_id)
+    except ValueError:
+        return False
+    return True
+
+
 def graded_episodes(trainer: Trainer, params: Any, obs_stats: Any, key: jax.Array, num_episodes: int,
                     task_id: str | None) -> dict[str, jax.Array]:
     """Held-out episodes of one trained policy: mean reward and (if the task has a grader) score.
@@ -138,6 +149,9 @@ def run_sweep(
     seconds = time.perf_counter() - t0
 
     task_id = getattr(trainer.env, "env_id", None)
+    if task_id is not None and not has_grader(task_id):
+        print(f"note: {task_id} has no grader constants yet; ranking by held-out reward")
+        task_id = None
     eval_fn = jax.jit(jax.vmap(
         lambda p, s: graded_episodes(trainer, p, s, evaluate.evaluation_key(eval_seed), eval_episodes, task_id)))
     evals = jax.tree_util.tree_map(np.asarray, eval_fn(runners.params, runners.obs_stats))
