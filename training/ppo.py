@@ -199,6 +199,8 @@ class Trainer:
     def _norm(self, stats: RunningStats, flat_obs: jax.Array) -> jax.Array:
         return stats.normalize(flat_obs) if self.config.normalize_obs else flat_obs
 
+    # The env batch axis (leading, num_envs) is made only by these two methods: the one place to
+    # put a sharding constraint (jax.sharding over devices) when envs are split across devices.
     def _env_reset(self, key: jax.Array) -> tuple[Any, Any]:
         keys = jax.random.split(key, self.config.num_envs)
         return jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.env_params)

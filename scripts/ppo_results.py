@@ -1,0 +1,129 @@
+"""The README's results table: PPO (several seeds) against every baseline, graded on held-out episodes.
+
+Usage: python scripts/ppo_results.py [--tasks 1 2 3] [--seeds 3] [--episodes 256] [--out runs/results]
+       [--set KEY=VALUE ...]
+
+For each task: the seeds' training runs (configs/train/ppo_task<N>.toml, seeds config.seed ..
+config.seed + seeds - 1) run as one vmapped program (wall time and env steps reported); each
+final policy is graded on the same `episodes` held-out episodes (evaluate.evaluation_key(0)),
+as is every baseline. PPO's row gives the mean over seeds of each seed's mean score, with a 95%
+CI over seeds (normal approximation) and, apart, the CI over all seed x episode scores.
+Writes OUT/results.json and OUT/results.md (the markdown table) and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from inferencegym_jax import baselines, evaluate
+from training.cli import _overrides
+from training.config import load_config
+from training.ppo import make_train
+from training.sweep import graded_episodes, has_grader
+
+
+def ci95(values) -> float:
+    values = np.asarray(values, np.float64)
+    return float(1.959964 * values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
+
+
+def run_task(task: int, seeds: int, episodes: int, overrides: dict) -> dict:
+    config = load_config(f"ppo_task{task}", **overrides)
+    trainer = make_train(config)
+    keys = jnp.stack([evaluate.training_key(config.seed + i) for i in range(seeds)])
+    hps = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (seeds,)), config.hparams())
+    t0 = time.perf_counter()
+    runners, metrics = jax.jit(jax.vmap(trainer.train))(keys, hps)
+    jax.block_until_ready(runners)
+    train_s = time.perf_counter() - t0
+
+    key = evaluate.evaluation_key(0)
+    graded = has_grader(config.task)  # False until scripts/grader_constants.py covers the task
+    task_id = config.task if graded else None
+    ppo = jax.jit(jax.vmap(lambda p, s: graded_episodes(trainer, p, s, key, episodes, task_id)))(
+        runners.params, runners.obs_stats)
+    ppo_reward = np.asarray(ppo["reward"])  # (seeds, episodes)
+    ppo_scores = np.asarray(ppo["score"]) if graded else ppo_reward
+    rows = {"ppo": {
+        "score": float(ppo_scores.mean()) if graded else None,
+        "ci95_seeds": ci95(ppo_scores.mean(axis=1)) if graded else None,
+        "ci95_episodes": ci95(ppo_scores.ravel()) if graded else None,
+        "per_seed": ppo_scores.mean(axis=1).tolist() if graded else None,
+        "reward": float(ppo_reward.mean()),
+        "reward_ci95_seeds": ci95(ppo_reward.mean(axis=1)),
+    }}
+    if graded:
+        policies = baselines.baseline_policies(trainer.env, trainer.env_params, config.task)
+    else:
+        policies = {"heuristic": baselines.heuristic_policy(trainer.env),
+                    "vllm_default": baselines.fixed_default_policy(), "random": baselines.random_policy(trainer.env)}
+    for name, policy in policies.items():
+        traj = evaluate.run_episodes(trainer.env, trainer.env_params, policy, key, episodes)
+        rewards = np.asarray(traj.reward).mean(axis=1)
+        rows[name] = {"reward": float(rewards.mean()), "reward_ci95": ci95(rewards), "score": None}
+        if graded:
+            result = evaluate.grade_trajectory(traj, trainer.env_params, config.task)
+            rows[name].update(score=float(np.mean(result.scores)), ci95_episodes=ci95(result.scores))
+    return {
+        "task": config.task, "seeds": seeds, "episodes": episodes,
+        "env_steps_per_seed": config.total_env_steps, "updates": config.num_updates,
+        "train_seconds_all_seeds": train_s,
+        "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist(),
+        "config": config.to_toml(), "policies": rows,
+    }
+
+
+def markdown(results: list[dict]) -> str:
+    """Grader score where the task has constants, else mean reward per interval (marked 'reward')."""
+    names = ["ppo", "best_static", "heuristic", "vllm_default", "random"]
+    lines = ["| task | metric | " + " | ".join(names) + " | PPO budget (env steps x seeds) | training wall s |",
+             "|---|---|" + "---:|" * len(names) + "---:|---:|"]
+    for r in results:
+        p = r["policies"]
+        graded = p["ppo"]["score"] is not None
+        if graded:
+            cells = [f"**{p['ppo']['score']:.3f} ± {p['ppo']['ci95_seeds']:.3f}**"]
+            cells += [f"{p[n]['score']:.3f} ± {p[n]['ci95_episodes']:.3f}" if n in p else "n/a" for n in names[1:]]
+        else:
+            cells = [f"**{p['ppo']['reward']:.4f} ± {p['ppo']['reward_ci95_seeds']:.4f}**"]
+            cells += [f"{p[n]['reward']:.4f} ± {p[n]['reward_ci95']:.4f}" if n in p else "n/a" for n in names[1:]]
+        lines.append(f"| {r['task']} | {'score' if graded else 'reward'} | " + " | ".join(cells)
+                     + f" | {r['env_steps_per_seed']:,} x {r['seeds']} | {r['train_seconds_all_seeds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--out", default="runs/results")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE")
+    args = parser.parse_args()
+    overrides = _overrides(args.set)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for task in args.tasks:
+        results.append(run_task(task, args.seeds, args.episodes, overrides))
+        print(markdown(results[-1:]), flush=True)
+    header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
+              f"{args.episodes} episodes from evaluation_key(0). {platform.machine()}, {os.cpu_count()} cores, "
+              f"jax {jax.__version__}.")
+    table = header + "\n\n" + markdown(results)
+    print("\n" + table)
+    (out / "results.md").write_text(table + "\n")
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
