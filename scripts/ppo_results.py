@@ -8,7 +8,10 @@ config.seed + seeds - 1) run as one vmapped program (wall time and env steps rep
 final policy is graded on the same `episodes` held-out episodes (evaluate.evaluation_key(0)),
 as is every baseline. PPO's row gives the mean over seeds of each seed's mean score, with a 95%
 CI over seeds (normal approximation) and, apart, the CI over all seed x episode scores.
-Writes OUT/results.json and OUT/results.md (the markdown table) and prints the table.
+Each seed's final state is saved as OUT/task<N>/seed<S>/checkpoint.msgpack (so
+`inferencegym eval --checkpoint OUT/task<N>/seed<S>` re-grades it), and `--grade-only` grades
+saved checkpoints again without training. Writes OUT/results.json and OUT/results.md (the
+markdown table) and prints the table.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import numpy as np
 
 from inferencegym_jax import baselines, evaluate
 from training.cli import _overrides
+from training.checkpoint import load_checkpoint, read_config, save_checkpoint
 from training.config import load_config
 from training.ppo import make_train
 from training.sweep import graded_episodes, has_grader
@@ -36,7 +40,8 @@ def ci95(values) -> float:
     return float(1.959964 * values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
 
 
-def run_task(task: int, seeds: int, episodes: int, overrides: dict) -> dict:
+def train_task(task: int, seeds: int, overrides: dict, out: Path) -> None:
+    """Train the seeds as one vmapped program; save each seed's checkpoint and the wall time."""
     config = load_config(f"ppo_task{task}", **overrides)
     trainer = make_train(config)
     keys = jnp.stack([evaluate.training_key(config.seed + i) for i in range(seeds)])
@@ -45,6 +50,28 @@ def run_task(task: int, seeds: int, episodes: int, overrides: dict) -> dict:
     runners, metrics = jax.jit(jax.vmap(trainer.train))(keys, hps)
     jax.block_until_ready(runners)
     train_s = time.perf_counter() - t0
+    for i in range(seeds):
+        seed_config = config.replace(seed=config.seed + i)
+        runner = jax.tree_util.tree_map(lambda x, i=i: x[i], runners)
+        save_checkpoint(out / f"task{task}" / f"seed{seed_config.seed}", make_train(seed_config), runner)
+    record = {"train_seconds_all_seeds": train_s, "seeds": [config.seed + i for i in range(seeds)],
+              "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist()}
+    (out / f"task{task}" / "train.json").write_text(json.dumps(record, indent=1))
+    print(f"task {task}: {seeds} seeds x {config.total_env_steps:,} env steps in {train_s:.0f} s", flush=True)
+
+
+def grade_task(task: int, episodes: int, out: Path) -> dict:
+    """Grade the saved seeds and every baseline on the same held-out episodes."""
+    record = json.loads((out / f"task{task}" / "train.json").read_text())
+    seeds = record["seeds"]
+    configs = [read_config(out / f"task{task}" / f"seed{s}") for s in seeds]
+    trainers = [make_train(c) for c in configs]
+    runners = [load_checkpoint(out / f"task{task}" / f"seed{s}", t) for s, t in zip(seeds, trainers)]
+    runners = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *runners)
+    config, trainer = configs[0], trainers[0]
+    train_s = record["train_seconds_all_seeds"]
+    metrics = {"reward": np.asarray(record["final_train_reward"])[:, None]}
+    seeds = len(seeds)
 
     key = evaluate.evaluation_key(0)
     graded = has_grader(config.task)  # False until scripts/grader_constants.py covers the task
@@ -108,13 +135,18 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--out", default="runs/results")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE")
+    parser.add_argument("--grade-only", action="store_true",
+                        help="skip training: grade the checkpoints a previous run left in OUT")
     args = parser.parse_args()
     overrides = _overrides(args.set)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    if not args.grade_only:
+        for task in args.tasks:
+            train_task(task, args.seeds, overrides, out)
     for task in args.tasks:
-        results.append(run_task(task, args.seeds, args.episodes, overrides))
+        results.append(grade_task(task, args.episodes, out))
         print(markdown(results[-1:]), flush=True)
     header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
               f"{args.episodes} episodes from evaluation_key(0). {platform.machine()}, {os.cpu_count()} cores, "

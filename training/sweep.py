@@ -85,7 +85,7 @@ def has_grader(task_id: str) -> bool:
 
     try:
         graders.load_constants(task_id)
-    except ValueError:
+    except (ValueError, FileNotFoundError):  # no constants for the task, or none generated yet
         return False
     return True
 
