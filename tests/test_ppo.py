@@ -84,6 +84,9 @@ def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
     trainer = make_train(config)
     trainer.update_step = chex.assert_max_traces(trainer.update_step, n=1)
     runner = trainer.jit_init(trainer.root_key())
+    # Envs start spread over the episode (desync_envs), not all at interval 0.
+    times = np.asarray(runner.env_state.time)
+    assert len(set(times.tolist())) > 1 and times.max() < int(trainer.env_params.max_steps_in_episode)
     hp = trainer.default_hparams()
     runner_a, metrics = trainer.jit_run_updates(runner, hp, 2)
     runner_b, _ = trainer.jit_run_updates(runner, hp, 2)  # cached: no second trace

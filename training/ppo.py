@@ -151,6 +151,11 @@ class Trainer:
         self.env = env
         self.env_params = env_params
         self.nvec = tuple(env.action_space(env_params).nvec)
+        # The task's default action as grid indices (0 on masked knobs; all 0 for envs without one).
+        self._default_idx = np.zeros(len(self.nvec), np.int32)
+        if hasattr(env_params, "default_action"):
+            default = np.asarray(indices_from_action(env_params.default_action))
+            self._default_idx = np.where(np.asarray(self.nvec) > 1, default, 0).astype(np.int32)
         self.relative = config.action_mode == "relative"
         if self.relative:
             if not hasattr(env_params, "default_action"):
@@ -162,7 +167,7 @@ class Trainer:
             self.layout = ActionLayout(self.nvec)
         initial = None
         if config.default_logit and (self.relative or hasattr(env_params, "default_action")):
-            default = self._centre if self.relative else np.asarray(indices_from_action(env_params.default_action))
+            default = self._centre if self.relative else self._default_idx
             initial = self.layout.initial_logits(default, config.default_logit)
         self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths, initial)
         obs, _ = env.reset(jax.random.key(0), env_params)
@@ -216,6 +221,8 @@ class Trainer:
         hp = self.default_hparams() if hp is None else hp
         k_net, k_env, k_run = jax.random.split(key, 3)
         obs, env_state = self._env_reset(k_env)
+        if self.config.desync_envs:
+            obs, env_state = self._desync(jax.random.fold_in(k_env, 1), obs, env_state)
         params = self.network.init(k_net, jnp.zeros((1, self.obs_dim), jnp.float32))
         return RunnerState(
             params=params,
@@ -229,6 +236,33 @@ class Trainer:
             key=k_run,
             update=jnp.zeros((), jnp.int32),
         )
+
+    def _desync(self, key: jax.Array, obs: Any, env_state: Any) -> tuple[Any, Any]:
+        """Advance env i by k_i ~ U{0, .., horizon-1} intervals of the default action.
+
+        Envs reset together would stay in lockstep, so every rollout would cover the same phase
+        of every episode (a sawtooth in the training reward, biased batches). One horizon of
+        masked steps at the start spreads them over the episode; it costs one episode of steps.
+        """
+        horizon = int(self.env_params.max_steps_in_episode)
+        k_len, k_steps = jax.random.split(key)
+        lengths = jax.random.randint(k_len, (self.config.num_envs,), 0, horizon)
+        actions = jnp.broadcast_to(jnp.asarray(self._default_idx), (self.config.num_envs, len(self.nvec)))
+
+        def body(carry, inputs):
+            t, k = inputs
+            obs, state = carry
+            next_obs, next_state, *_ = self._env_step(k, state, actions)
+            live = t < lengths
+
+            def pick(new, old):
+                return jnp.where(live.reshape(live.shape + (1,) * (new.ndim - 1)), new, old)
+
+            return (jax.tree_util.tree_map(pick, next_obs, obs), jax.tree_util.tree_map(pick, next_state, state)), None
+
+        (obs, env_state), _ = jax.lax.scan(body, (obs, env_state),
+                                           (jnp.arange(horizon), jax.random.split(k_steps, horizon)))
+        return obs, env_state
 
     def rollout(self, runner: RunnerState, hp: HParams,
                 key: jax.Array) -> tuple[RunnerState, Transition, RunningStats]:
