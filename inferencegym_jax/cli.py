@@ -8,17 +8,20 @@ import time
 
 import numpy as np
 
-TASK_IDS = {1: "InferenceGym-Task1-v0", 2: "InferenceGym-Task2-v0", 3: "InferenceGym-Task3-v0"}
+def _all_tasks() -> list[str]:
+    from inferencegym_jax import registered_envs
+
+    return registered_envs()
 
 
 def _task_id(value: str) -> str:
-    from inferencegym_jax import registered_envs
-
-    if value.isdigit() and int(value) in TASK_IDS:
-        return TASK_IDS[int(value)]
-    if value in registered_envs():
+    """A task number (N -> InferenceGym-TaskN-v0) or a registered id."""
+    ids = _all_tasks()
+    if value.isdigit() and f"InferenceGym-Task{value}-v0" in ids:
+        return f"InferenceGym-Task{value}-v0"
+    if value in ids:
         return value
-    raise argparse.ArgumentTypeError(f"--task {value!r}: use 1..{len(TASK_IDS)} or one of {registered_envs()}")
+    raise argparse.ArgumentTypeError(f"--task {value!r}: use a task number or one of {ids}")
 
 
 def _positive_int(value: str) -> int:
@@ -33,7 +36,7 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     import inferencegym_jax as ig
     from inferencegym_jax import baselines, evaluate
 
-    tasks = args.task or list(TASK_IDS.values())
+    tasks = args.task or _all_tasks()
     rows = []
     for env_id in tasks:
         env, params = ig.make(env_id)
@@ -60,6 +63,61 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     _print_table(rows)
 
 
+# Grids up to this many static configurations also get the hindsight oracle bound.
+HINDSIGHT_MAX_CONFIGS = 200
+
+
+def baseline_table(env_id: str, episodes: int, seed: int, hindsight: bool = True):
+    """Graded evaluation of every baseline on held-out keys: a DataFrame, one row per policy."""
+    import inferencegym_jax as ig
+    from inferencegym_jax import baselines, evaluate
+
+    env, params = ig.make(env_id)
+    key = evaluate.evaluation_key(seed)
+    results = {
+        name: evaluate.evaluate(env, params, policy, key, episodes, env_id)
+        for name, policy in baselines.baseline_policies(env, params, env_id).items()
+    }
+    frame = evaluate.summarize(results)
+    if hindsight and len(baselines.static_grid(env, params)) <= HINDSIGHT_MAX_CONFIGS:
+        oracle = baselines.hindsight_static_scores(env, params, env_id, key, episodes)
+        frame.loc["hindsight_static (oracle bound)", ["episodes", "score", "ci95"]] = [
+            len(oracle), float(oracle.mean()), evaluate.confidence_interval_95(oracle)
+        ]
+    return frame
+
+
+def write_json_atomic(path: str, payload: object) -> None:
+    """Write JSON to `path` via a temporary file and a rename: never a half-written file."""
+    import json
+    import os
+    import tempfile
+
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f, indent=2, default=float)
+    os.replace(tmp, path)
+
+
+def cmd_baselines(args: argparse.Namespace) -> None:
+    import pandas as pd
+
+    tasks = args.task or _all_tasks()
+    payload = {"episodes": args.episodes, "seed": args.seed, "tasks": {}}
+    for env_id in tasks:
+        t0 = time.perf_counter()
+        frame = baseline_table(env_id, args.episodes, args.seed, hindsight=not args.no_hindsight)
+        print(f"\n{env_id}: {args.episodes} held-out episodes, seed {args.seed} ({time.perf_counter() - t0:.0f} s)")
+        with pd.option_context("display.width", 200, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
+            print(frame)
+        payload["tasks"][env_id] = frame.reset_index().to_dict(orient="records")
+    if args.json:
+        write_json_atomic(args.json, payload)
+        print(f"wrote {args.json}")
+
+
 def _print_table(rows: list[dict]) -> None:
     if not rows:
         return
@@ -81,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--policy", choices=["default", "random"], default="default")
     p.set_defaults(func=cmd_rollout)
+
+    p = sub.add_parser("baselines", help="grade every baseline on held-out episodes")
+    p.add_argument("--task", type=_task_id, action="append", help="task number or id (repeatable; default all)")
+    p.add_argument("--episodes", type=_positive_int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the table as JSON to this path")
+    p.add_argument("--no-hindsight", action="store_true", help="skip the hindsight oracle bound")
+    p.set_defaults(func=cmd_baselines)
     _register_optional(sub)
     return parser
 

@@ -167,6 +167,7 @@ def check_params(params: EnvParams) -> None:
         ("server.max_batched_tokens", s.max_batched_tokens, lambda x: np.all(x >= 1), ">= 1 [tokens]"),
         ("server.kv_watermark", s.kv_watermark, lambda x: np.all((x >= 0) & (x < 1)), "in [0, 1)"),
         ("server.restart_s", s.restart_s, lambda x: np.all(x >= 0), ">= 0 [s]"),
+        ("server.prefill_start_s", s.prefill_start_s, lambda x: np.all(x >= 0), ">= 0 [s]"),
         ("reward.throughput_ref", params.reward.throughput_ref, lambda x: np.all(x > 0), "> 0 [tokens/s]"),
         ("reward.cost_budget_per_1k", params.reward.cost_budget_per_1k, lambda x: np.all(x > 0), "> 0 [$]"),
         ("max_steps_in_episode", params.max_steps_in_episode, lambda x: np.all(x >= 1), ">= 1"),
@@ -234,11 +235,15 @@ class InferenceGymEnv:
         return self.reset_env(key, params)
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
-        """Reset without host-side checks (what `step` calls every interval)."""
+        """Reset without host-side checks."""
+        return self.reset_from_draws(workload.reset_draws(key), params)
+
+    def reset_from_draws(self, u: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
+        """Reset from `workload.RESET_DRAWS` uniforms (what `step` runs every interval)."""
         horizon_s = params.max_steps_in_episode * params.server.dt_s
         state = EnvState(
             server=serving.initial_state(params.default_action, params.server.num_age_buckets),
-            workload=workload.init(key, params.workload, horizon_s),
+            workload=workload.init_from_draws(u, params.workload, horizon_s),
             time=jnp.zeros((), jnp.int32),
             arrival_rate_ema=jnp.zeros((), jnp.float32),
             cost_so_far=jnp.zeros((), jnp.float32),
@@ -263,9 +268,9 @@ class InferenceGymEnv:
         """
         params = params or self._default_params
         check_action(action)
-        key_step, key_reset = jax.random.split(key)
-        obs, state_next, reward, terminated, truncated, info = self.step_env(key_step, state, action, params)
-        obs_reset, state_reset = self.reset_env(key_reset, params)
+        draws, u_reset = self.step_draws(key, state, params)
+        obs, state_next, reward, terminated, truncated, info = self.step_from_draws(draws, state, action, params)
+        obs_reset, state_reset = self.reset_from_draws(u_reset, params)
         done = terminated | truncated
         select = lambda a, b: jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), a, b)  # noqa: E731
         info["final_observation"] = obs
@@ -275,10 +280,26 @@ class InferenceGymEnv:
         self, key: jax.Array, state: EnvState, action: Any, params: EnvParams
     ) -> tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
         """One control interval without auto-reset."""
+        t_s = state.time.astype(jnp.float32) * params.server.dt_s
+        draws = workload.draw(key, state.workload, t_s, params.server.dt_s, params.workload)
+        return self.step_from_draws(draws, state, action, params)
+
+    def step_draws(self, key: jax.Array, state: EnvState, params: EnvParams) -> tuple[workload.Draws, jax.Array]:
+        """The random draws `step` makes from `key`: the interval's `workload.Draws` and the
+        `workload.RESET_DRAWS` uniforms of the auto-reset, all from one PRNG call."""
+        u = workload.uniforms(key, workload.STEP_DRAWS + workload.RESET_DRAWS)
+        t_s = state.time.astype(jnp.float32) * params.server.dt_s
+        draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], state.workload, t_s, params.server.dt_s, params.workload)
+        return draws, u[workload.STEP_DRAWS:]
+
+    def step_from_draws(
+        self, draws: workload.Draws, state: EnvState, action: Any, params: EnvParams
+    ) -> tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+        """One control interval without auto-reset, given its random draws (deterministic)."""
         applied, clipped = clip_action(action, params.default_action, params.active_knobs)
         dt = params.server.dt_s
         t_s = state.time.astype(jnp.float32) * dt
-        wl_state, arrivals = workload.step(key, state.workload, t_s, dt, params.workload)
+        wl_state, arrivals = workload.advance(draws, state.workload, t_s, dt, params.workload)
         server, m = serving.serve_interval(state.server, arrivals, applied, params.server)
         ema = (1.0 - RATE_EMA_WEIGHT) * state.arrival_rate_ema + RATE_EMA_WEIGHT * jnp.sum(arrivals.count) / dt
         time = state.time + 1

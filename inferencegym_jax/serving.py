@@ -23,9 +23,11 @@ The server is a fluid model of a continuous-batching engine (vLLM-style) with fi
   grew the contexts), the newest sequences are preempted and later recomputed, as vLLM does.
 * **Memory**: weights + resident KV + reserve. Above `memory_limit_bytes` the engine runs out
   of memory: every running and preempted sequence fails and the engine restarts.
-* **Reconfiguration**: a new precision tier or a change of disaggregation loads new weights
-  (weight_bytes / weight_load_bw) and restarts the engine (restart_s): the server stalls and
-  the KV cache is lost (running sequences are preempted).
+* **Reconfiguration**: a new precision tier loads new weights (weight_bytes / weight_load_bw)
+  and restarts the engine (restart_s): the server stalls and the KV cache is lost (running
+  sequences are preempted). Turning disaggregation on starts a prefill engine on a second GPU
+  (weight load + prefill_start_s), billed from the request, while this engine keeps serving;
+  it takes over prefill once ready. Turning it off releases the GPU at once.
 
 Counts are real-valued (expected requests) inside the fluid model; arrivals are integer.
 TTFT = queue wait + prefill (own prompt and the prompts ahead of it) + KV transfer (when
@@ -39,6 +41,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from inferencegym_jax import perf_model
@@ -66,6 +69,9 @@ class ServerParams:
       kv_watermark: float32, fraction of KV blocks kept free at admission (vLLM: 0.01).
       restart_s: float32 [s], engine restart after a weight change or OOM (CUDA-graph capture
         and warm-up; vLLM logs 5-30 s, we take the warm end).
+      prefill_start_s: float32 [s], start of a prefill-only engine on a second GPU once its
+        weights are loaded (process and KV-transfer setup; prefill runs large batches without
+        CUDA graphs, so no graph capture).
       num_age_buckets: static int, queue ages tracked; also the client timeout in intervals.
     """
 
@@ -77,6 +83,7 @@ class ServerParams:
     max_batched_tokens: Array
     kv_watermark: Array
     restart_s: Array
+    prefill_start_s: Array
     num_age_buckets: int = struct.field(pytree_node=False, default=16)
 
 
@@ -96,6 +103,7 @@ class ServerState:
       swap_context: float32 [tokens] to recompute for them.
       swap_remaining: float32 [tokens] of output they still have to generate.
       stall_s: float32 [s] of reconfiguration or restart still to sit out.
+      prefill_warmup_s: float32 [s] until a newly requested prefill GPU is ready.
       config: ServingAction currently applied.
     """
 
@@ -110,6 +118,7 @@ class ServerState:
     swap_context: Array
     swap_remaining: Array
     stall_s: Array
+    prefill_warmup_s: Array
     config: ServingAction
 
 
@@ -122,6 +131,8 @@ class IntervalMetrics:
       ttft_slo_ratio: mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1].
       tpot_s: [s] wall time per output token of a running sequence (stalls included).
       output_tokens: [tokens] output tokens generated in the interval.
+      good_tokens: [tokens] output tokens of the requests admitted this interval within their
+        TTFT and TPOT SLOs (goodput, counted when the request is admitted).
       tokens_per_s: [tokens/s] output tokens generated per second.
       quality_tokens_per_s: [tokens/s] generated tokens times (1 - quality loss of the tier).
       prefill_tokens: [tokens] prompt tokens prefilled (recompute included).
@@ -151,6 +162,7 @@ class IntervalMetrics:
     ttft_slo_ratio: Array
     tpot_s: Array
     output_tokens: Array
+    good_tokens: Array
     tokens_per_s: Array
     quality_tokens_per_s: Array
     prefill_tokens: Array
@@ -181,7 +193,7 @@ def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
     """
     zeros = jnp.zeros((NUM_CLASSES, num_age_buckets), jnp.float32)
     z = jnp.zeros((), jnp.float32)
-    return ServerState(zeros, zeros, zeros, zeros, z, z, z, z, z, z, z, config.replace(quant_tier=-jnp.ones((), jnp.float32)))
+    return ServerState(zeros, zeros, zeros, zeros, z, z, z, z, z, z, z, z, config.replace(quant_tier=-jnp.ones((), jnp.float32)))
 
 
 def select_profile(profiles: perf_model.Profile, tier: Array) -> perf_model.Profile:
@@ -194,14 +206,66 @@ def _safe_div(a: Array, b: Array) -> Array:
     return jnp.where(b > _EPS, a / jnp.where(b > _EPS, b, 1.0), 0.0)
 
 
-def _binned_quantile(low: Array, high: Array, weights: Array, q: float) -> Array:
-    """Quantile of a mixture of uniform bins [low_i, high_i] with `weights` (1-D, bins in order)."""
-    total = jnp.sum(weights)
-    cum = jnp.cumsum(weights)
-    target = q * total
-    i = jnp.clip(jnp.searchsorted(cum, target, side="left"), 0, weights.shape[0] - 1)
-    frac = jnp.clip((target - (cum[i] - weights[i])) / jnp.maximum(weights[i], _EPS), 0.0, 1.0)
-    return jnp.where(total > _EPS, low[i] + frac * (high[i] - low[i]), 0.0)
+def _older_sum(x: Array) -> Array:
+    """Sum over strictly older ages, x[..., a] -> sum of x[..., a'] for a' > a; ages last.
+
+    A product with a constant triangular matrix: XLA's CPU cumsum is an O(A^2) reduce-window
+    that costs several times more under vmap.
+    """
+    num_ages = x.shape[-1]
+    older = jnp.asarray(np.tril(np.ones((num_ages, num_ages), np.float32), -1))
+    return jnp.dot(x, older, precision=jax.lax.Precision.HIGHEST)
+
+
+def _class_sum(x: Array) -> Array:
+    """Sum over the (3,) class axis in a fixed order (x0 + x1) + x2. XLA's reduction may add in
+    another order depending on the batch width, and results must not depend on it."""
+    return x[0] + x[1] + x[2]
+
+
+def _age_sum(x: Array) -> Array:
+    """Sum over the last (age) axis as a product with ones: one vectorised kernel for a stack
+    of arrays, where XLA's CPU reductions over a short minor axis run one slow loop each."""
+    return jnp.dot(x, jnp.ones((x.shape[-1],), x.dtype), precision=jax.lax.Precision.HIGHEST)
+
+
+def _totals(*xs: Array) -> tuple[Array, ...]:
+    """Totals of several (3, A) arrays: ages by `_age_sum`, then classes in a fixed order."""
+    per_class = _age_sum(jnp.stack(xs))  # (K, 3)
+    total = (per_class[:, 0] + per_class[:, 1]) + per_class[:, 2]
+    return tuple(total[i] for i in range(len(xs)))
+
+
+def _earlier_classes(x: Array) -> Array:
+    """Exclusive prefix sum over the (3,) class axis: (0, x0, x0 + x1)."""
+    return jnp.stack([jnp.zeros_like(x[0]), x[0], x[0] + x[1]])
+
+
+def _binned_quantiles(low: Array, high: Array, weights: Array, qs: tuple[float, ...]) -> tuple[Array, ...]:
+    """Quantiles of a mixture of uniform bins with `weights` (1-D, bins in order).
+
+    Bin i spans [max(low[:i+1]), max(high[:i+1], that)] (running maxima keep the bins in
+    order). Quantile q lies in the first bin whose cumulative weight reaches q * total
+    (searchsorted side="left"; the last bin takes any rounding overshoot), at the fraction of
+    that bin's weight still needed. The bins up to it are those whose weight before them is
+    below q * total, so its running maxima are masked maxima: no cummax, search or gather,
+    which XLA's CPU backend runs several times slower under vmap.
+    """
+    num_bins = weights.shape[-1]
+    cum = jnp.dot(weights, jnp.asarray(np.triu(np.ones((num_bins, num_bins), np.float32))),
+                  precision=jax.lax.Precision.HIGHEST)  # cumsum: see _older_sum
+    total = cum[-1]
+    cum_before = cum - weights
+    out = []
+    for q in qs:
+        target = q * total
+        upto = cum_before < target
+        crosses = upto & ((cum >= target) | (jnp.arange(num_bins) == num_bins - 1))
+        frac = jnp.sum(jnp.where(crosses, jnp.clip((target - cum_before) / jnp.maximum(weights, _EPS), 0.0, 1.0), 0.0))
+        lo = jnp.max(jnp.where(upto, low, 0.0))
+        hi = jnp.maximum(jnp.max(jnp.where(upto, high, 0.0)), lo)
+        out.append(jnp.where(total > _EPS, lo + frac * (hi - lo), 0.0))
+    return tuple(out)
 
 
 def _evict(seqs: Array, context: Array, remaining: Array, excess: Array):
@@ -218,15 +282,23 @@ def serve_interval(
     profile = select_profile(params.profiles, config.quant_tier)
     batch = config.batch_size
     spec = config.spec_length
-    disagg = config.prefill_disagg > 0.5
-    num_gpus = jnp.where(disagg, 2.0, 1.0)
+    disagg_requested = config.prefill_disagg > 0.5
+    num_gpus = jnp.where(disagg_requested, 2.0, 1.0)  # billed from the moment it is requested
 
-    # --- reconfiguration: new weights stall the engine and drop the KV cache -------------
+    # --- reconfiguration ---------------------------------------------------------------------
     # A negative tier marks an engine not yet started: the first configuration is free.
-    weights_changed = (state.config.quant_tier >= 0) & (
-        (config.quant_tier != state.config.quant_tier) | (config.prefill_disagg != state.config.prefill_disagg)
-    )
+    # A new precision loads new weights into the serving engine: it stalls and drops its KV
+    # cache. Turning disaggregation on brings up a prefill engine on a second GPU (load its
+    # weights, start it: prefill_start_s) while this one keeps serving and prefilling; turning
+    # it off releases that GPU at once. Disaggregated serving starts once the prefill GPU is ready.
+    started = state.config.quant_tier >= 0
+    weights_changed = started & (config.quant_tier != state.config.quant_tier)
     reload_s = profile.weight_bytes / profile.weight_load_bw + params.restart_s
+    newly_on = started & disagg_requested & (state.config.prefill_disagg < 0.5)
+    prefill_up_s = profile.weight_bytes / profile.weight_load_bw + params.prefill_start_s
+    warmup = jnp.where(disagg_requested, jnp.where(newly_on, prefill_up_s, state.prefill_warmup_s), 0.0)
+    disagg = disagg_requested & (warmup <= 0.0)
+    warmup_next = jnp.maximum(warmup - dt, 0.0)
     stall = state.stall_s + jnp.where(weights_changed, reload_s, 0.0)
     busy = jnp.minimum(stall, dt)
     t_avail = dt - busy
@@ -245,22 +317,28 @@ def serve_interval(
     evicted = evicted + ev_s
 
     # --- queue with this interval's arrivals at age 0 --------------------------------------
-    q_count = state.queue_count.at[:, 0].add(arrivals.count)
-    q_prompt = state.queue_prompt.at[:, 0].add(arrivals.prompt_tokens)
-    q_output = state.queue_output.at[:, 0].add(arrivals.output_tokens)
-    q_sq = state.queue_prompt_sq.at[:, 0].add(arrivals.prompt_sq_tokens)
+    # (an elementwise add, not .at[:, 0].add: XLA can fuse it into the consumers)
+    newest = jnp.arange(state.queue_count.shape[1]) == 0
+    enqueue = lambda queue, new: queue + jnp.where(newest, new[:, None], 0.0)  # noqa: E731
+    q_count = enqueue(state.queue_count, arrivals.count)
+    q_prompt = enqueue(state.queue_prompt, arrivals.prompt_tokens)
+    q_output = enqueue(state.queue_output, arrivals.output_tokens)
+    q_sq = enqueue(state.queue_prompt_sq, arrivals.prompt_sq_tokens)
     num_ages = q_count.shape[1]
 
     # --- admission limits -------------------------------------------------------------------
     tps = perf_model.tokens_per_step(profile, spec)
     mean_ctx = _safe_div(run_context, run_seqs)
-    decode_batch = jnp.clip(jnp.minimum(run_seqs + jnp.sum(q_count) + swap_seqs, batch), 1.0, None)
+    class_n, class_p = _age_sum(jnp.stack([q_count, q_prompt]))  # (3,) each
+    decode_batch = jnp.clip(jnp.minimum(run_seqs + _class_sum(class_n) + swap_seqs, batch), 1.0, None)
     step_est = perf_model.decode_step_time(profile, decode_batch, mean_ctx, spec)
     mean_remaining = jnp.maximum(_safe_div(run_remaining, run_seqs), 1.0)
     finish_est = run_seqs * -jnp.expm1(-(t_avail / step_est) * tps / mean_remaining)
     slots = jnp.maximum(batch - run_seqs + finish_est, 0.0)
     kv_free = jnp.maximum(capacity * (1.0 - params.kv_watermark) - run_context, 0.0)
-    prefill_rate = _PREFILL_REF_TOKENS / perf_model.prefill_time(profile, _PREFILL_REF_TOKENS)
+    # Per tier from the task's profiles (under vmap over envs: once per step, not per env).
+    prefill_rates = _PREFILL_REF_TOKENS / perf_model.prefill_time(params.profiles, _PREFILL_REF_TOKENS)
+    prefill_rate = prefill_rates[jnp.clip(jnp.asarray(config.quant_tier, jnp.int32), 0, 2)]
     chunk = jnp.maximum(params.max_batched_tokens - decode_batch * (spec + 1.0), 0.0)
     chunk_s = chunk / prefill_rate
     # Share of engine time prefill may take: all of it on a dedicated GPU, else the chunk's
@@ -269,19 +347,18 @@ def serve_interval(
     prefill_cap = t_avail * share * prefill_rate
     token_cap = jnp.minimum(kv_free, prefill_cap)
 
-    # Candidates in admission order: preempted first, then (class, age from oldest).
-    cand_n = jnp.concatenate([swap_seqs[None], q_count[:, ::-1].reshape(-1)])
-    cand_p = jnp.concatenate([swap_context[None], q_prompt[:, ::-1].reshape(-1)])
-    cum_n = jnp.cumsum(cand_n)
-    cum_p = jnp.cumsum(cand_p)
-    before_n, before_p = cum_n - cand_n, cum_p - cand_p
-    x = jnp.minimum(
-        jnp.where(cand_n > _EPS, (slots - before_n) / jnp.maximum(cand_n, _EPS), 1.0),
-        jnp.where(cand_p > _EPS, (token_cap - before_p) / jnp.maximum(cand_p, _EPS), 1.0),
-    )
-    x = jnp.clip(x, 0.0, 1.0)
-    x = jnp.where(cand_n > _EPS, x, 0.0)
-    x_swap, x_queue = x[0], x[1:].reshape(NUM_CLASSES, num_ages)[:, ::-1]  # back to (class, age)
+    # Admission order: preempted first, then class 0, 1, 2, oldest first within a class. The
+    # requests ahead of each queue bin: the preempted, the earlier classes, the older ages.
+    def _admit(count, amount, before, limit):
+        return jnp.where(count > _EPS, (limit - before) / jnp.maximum(amount, _EPS), 1.0)
+
+    x_swap = jnp.minimum(_admit(swap_seqs, swap_seqs, 0.0, slots), _admit(swap_context, swap_context, 0.0, token_cap))
+    x_swap = jnp.where(swap_seqs > _EPS, jnp.clip(x_swap, 0.0, 1.0), 0.0)
+    older_n, older_p = _older_sum(jnp.stack([q_count, q_prompt]))  # (3, A) each
+    before_n = swap_seqs + _earlier_classes(class_n)[:, None] + older_n
+    before_p = swap_context + _earlier_classes(class_p)[:, None] + older_p
+    x_queue = jnp.minimum(_admit(q_count, q_count, before_n, slots), _admit(q_prompt, q_prompt, before_p, token_cap))
+    x_queue = jnp.where(q_count > _EPS, jnp.clip(x_queue, 0.0, 1.0), 0.0)
 
     adm_n = x_queue * q_count
     adm_p = x_queue * q_prompt
@@ -291,9 +368,10 @@ def serve_interval(
     swap_seqs, swap_context, swap_remaining = swap_seqs - re_n, swap_context - re_c, swap_remaining - re_r
 
     # --- prefill ------------------------------------------------------------------------------
-    prefill_tokens = re_c + jnp.sum(adm_p)
-    prefill_seqs = re_n + jnp.sum(adm_n)
-    prefill_sq = re_c * _safe_div(re_c, re_n) + jnp.sum(adm_sq)
+    admitted, adm_prompt, adm_output, adm_prompt_sq = _totals(adm_n, adm_p, adm_o, adm_sq)
+    prefill_tokens = re_c + adm_prompt
+    prefill_seqs = re_n + admitted
+    prefill_sq = re_c * _safe_div(re_c, re_n) + adm_prompt_sq
     prefill_s = perf_model.prefill_time(profile, prefill_tokens, jnp.maximum(prefill_seqs, 1.0), prefill_sq)
     decode_s = jnp.where(disagg, t_avail, jnp.maximum(t_avail - prefill_s, 0.0))
     # Wall-clock prefill throughput seen by a request in the queue [tokens/s].
@@ -304,8 +382,10 @@ def serve_interval(
     # are prefilled at the start of this one after the tokens ahead of them; fresh arrivals wait
     # for the engine step in flight (uniform in [0, step]) and for their own prefill.
     ages = jnp.arange(num_ages, dtype=jnp.float32)
-    ahead = (re_c + jnp.cumsum(cand_p[1:] * x[1:]) - cand_p[1:] * x[1:])  # tokens ahead in order
-    ahead = ahead.reshape(NUM_CLASSES, num_ages)[:, ::-1]
+    # Prompt tokens prefilled ahead of a bin. Admission takes a prefix of the order (whole bins,
+    # then part of one, then none), so that is the bin's `before_p` capped at all that was taken
+    # (bins of < _EPS requests, never admitted, count as ahead: < 1e-2 tokens).
+    ahead = jnp.minimum(before_p, prefill_tokens)
     mean_prompt = _safe_div(q_prompt, q_count)
     own_s = mean_prompt / prefill_wall_rate
     position_s = (ahead + 0.5 * adm_p) / prefill_wall_rate
@@ -317,20 +397,21 @@ def serve_interval(
     ttft_half = jnp.where(fresh, 0.5 * (step_est + fresh_prefill), 0.5 * dt)
 
     # --- decode -----------------------------------------------------------------------------
-    run_seqs = run_seqs + re_n + jnp.sum(adm_n)
+    run_seqs = run_seqs + re_n + admitted
     run_context = run_context + prefill_tokens
-    run_remaining = run_remaining + re_r + jnp.sum(adm_o)
+    run_remaining = run_remaining + re_r + adm_output
     concurrent = jnp.minimum(run_seqs, batch)
     ctx = _safe_div(run_context, run_seqs)
     step_s = perf_model.decode_step_time(profile, jnp.maximum(concurrent, 1.0), ctx, spec)
     per_seq_tokens = (decode_s / step_s) * tps * _safe_div(concurrent, run_seqs)
     mean_remaining = jnp.maximum(_safe_div(run_remaining, run_seqs), 1.0)
     done_frac = -jnp.expm1(-per_seq_tokens / mean_remaining)
+    left_frac = jnp.exp(-per_seq_tokens / mean_remaining)  # 1 - done_frac without cancellation
     generated = run_remaining * done_frac
     completed = run_seqs * done_frac
-    run_context = (run_context + generated) * (1.0 - done_frac)
-    run_remaining = run_remaining - generated
-    run_seqs = run_seqs - completed
+    run_context = (run_context + generated) * left_frac
+    run_remaining = run_remaining * left_frac
+    run_seqs = run_seqs * left_frac
     tpot = jnp.where(
         run_seqs + completed > _EPS,
         jnp.minimum(dt / jnp.maximum(per_seq_tokens, _EPS), dt),
@@ -355,7 +436,7 @@ def serve_interval(
 
     # --- queue: remove admitted, time out the oldest, age by one -----------------------------------
     rest_n, rest_p, rest_o, rest_sq = q_count - adm_n, q_prompt - adm_p, q_output - adm_o, q_sq - adm_sq
-    timeouts = jnp.sum(rest_n[:, -1])
+    timeouts = _class_sum(rest_n[:, -1])
     shift = lambda a: jnp.concatenate([jnp.zeros_like(a[:, :1]), a[:, :-1]], axis=1)  # noqa: E731
     new_queue = (shift(rest_n), shift(rest_p), shift(rest_o), shift(rest_sq))
 
@@ -363,26 +444,29 @@ def serve_interval(
     slo = params.ttft_slo_s[:, None]
     wait_now = (ages + 0.5) * dt  # requests still waiting: a lower bound on their TTFT
     tpot_bad = tpot > params.tpot_slo_s
-    violations = (
-        jnp.sum(jnp.where((ttft > slo) | tpot_bad, adm_n, 0.0)) + timeouts + jnp.sum(failed)
-    )
-    decided = jnp.sum(adm_n) + timeouts + failed
+    late = (ttft > slo) | tpot_bad
+    ratio = jnp.minimum(adm_n * ttft + rest_n * wait_now, 4.0 * slo * (adm_n + rest_n)) / (4.0 * slo)
+    # good_tokens: output tokens owed to requests admitted within their SLO (goodput, counted
+    # at admission).
+    late_n, good_tokens, ratio_sum, pooled, waiting_prompt = _totals(
+        jnp.where(late, adm_n, 0.0), jnp.where(late, 0.0, adm_o), ratio, adm_n + rest_n, new_queue[1])
+    violations = late_n + timeouts + failed
+    decided = admitted + timeouts + failed
     # Pool classes per age bin (admitted at their TTFT, waiting at their current wait); each
     # bin is a uniform [centre - half-width, centre + half-width]; bins increase with age.
-    weight_age = jnp.sum(adm_n + rest_n, axis=0)
-    centre = _safe_div(jnp.sum(adm_n * ttft + rest_n * wait_now, axis=0), weight_age)
-    half = _safe_div(jnp.sum(adm_n * ttft_half + rest_n * 0.5 * dt, axis=0), weight_age)
-    low = jax.lax.cummax(jnp.where(weight_age > _EPS, jnp.maximum(centre - half, 0.0), 0.0))
-    high = jnp.maximum(jax.lax.cummax(jnp.where(weight_age > _EPS, centre + half, 0.0)), low)
-    ttft_p50 = _binned_quantile(low, high, weight_age, 0.5)
-    ttft_p99 = _binned_quantile(low, high, weight_age, 0.99)
-    ratio = jnp.minimum(adm_n * ttft + rest_n * wait_now, 4.0 * slo * (adm_n + rest_n)) / (4.0 * slo)
-    ttft_slo_ratio = _safe_div(jnp.sum(ratio), jnp.sum(adm_n + rest_n))
+    weight_age = _class_sum(adm_n + rest_n)
+    centre = _safe_div(_class_sum(adm_n * ttft + rest_n * wait_now), weight_age)
+    half = _safe_div(_class_sum(adm_n * ttft_half + rest_n * 0.5 * dt), weight_age)
+    low = jnp.where(weight_age > _EPS, jnp.maximum(centre - half, 0.0), 0.0)
+    high = jnp.where(weight_age > _EPS, centre + half, 0.0)
+    ttft_p50, ttft_p99 = _binned_quantiles(low, high, weight_age, (0.5, 0.99))
+    ttft_slo_ratio = _safe_div(ratio_sum, pooled)
 
-    queue_depth = jnp.sum(new_queue[0])
-    share_n = jnp.sum(new_queue[0], axis=1) + arrivals.count
+    waiting = _age_sum(new_queue[0])  # (3,)
+    queue_depth = _class_sum(waiting)
+    share_n = waiting + arrivals.count
     class_share = jnp.where(
-        jnp.sum(share_n) > _EPS, share_n / jnp.maximum(jnp.sum(share_n), _EPS), 1.0 / NUM_CLASSES
+        _class_sum(share_n) > _EPS, share_n / jnp.maximum(_class_sum(share_n), _EPS), 1.0 / NUM_CLASSES
     )
     generated_rate = generated / dt
     metrics = IntervalMetrics(
@@ -391,10 +475,11 @@ def serve_interval(
         ttft_slo_ratio=ttft_slo_ratio,
         tpot_s=tpot,
         output_tokens=generated,
+        good_tokens=good_tokens,
         tokens_per_s=generated_rate,
         quality_tokens_per_s=generated_rate * (1.0 - profile.quality_loss),
         prefill_tokens=prefill_tokens,
-        admitted=jnp.sum(adm_n),
+        admitted=admitted,
         completed=completed,
         slo_violations=violations,
         slo_violation_rate=jnp.clip(_safe_div(violations, decided), 0.0, 1.0),
@@ -410,7 +495,7 @@ def serve_interval(
         cost_usd=num_gpus * profile.price_per_hour * dt / 3600.0,
         stall_s=busy,
         queue_depth=queue_depth,
-        queue_mean_prompt=_safe_div(jnp.sum(new_queue[1]), queue_depth),
+        queue_mean_prompt=_safe_div(waiting_prompt, queue_depth),
         class_share=class_share,
     )
     new_state = ServerState(
@@ -422,6 +507,7 @@ def serve_interval(
         swap_context=swap_context,
         swap_remaining=swap_remaining,
         stall_s=stall_next,
+        prefill_warmup_s=warmup_next,
         config=config,
     )
     return new_state, metrics

@@ -46,6 +46,7 @@ _SCHEMA: dict[str, Any] = {
     "server": {
         "dt_s": float, "num_age_buckets": int, "ttft_slo_s": list, "tpot_slo_s": float,
         "memory_limit_gb": float, "max_batched_tokens": float, "kv_watermark": float, "restart_s": float,
+        "prefill_start_s": float,
     },
     "workload": {
         "schedule": str, "base_rate": float, "burst_multiplier": float, "burst_period_s": float,
@@ -142,6 +143,7 @@ def build_params(config: Mapping[str, Any]) -> EnvParams:
         max_batched_tokens=f32(s["max_batched_tokens"]),
         kv_watermark=f32(s["kv_watermark"]),
         restart_s=f32(s["restart_s"]),
+        prefill_start_s=f32(s["prefill_start_s"]),
         num_age_buckets=int(s["num_age_buckets"]),
     )
     w = config["workload"]

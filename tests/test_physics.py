@@ -114,8 +114,9 @@ def _episode_means(env_id, action, steps=120, **overrides):
 
 
 def test_more_batch_serves_more_under_overload():
-    low = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0])  # batch 32
-    high = _episode_means("InferenceGym-Task1-v0", [9, 0, 9, 0, 0])  # batch 192
+    overload = {"base_rate": 15.0}  # twice what batch 32 serves
+    low = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0], workload=overload)  # batch 32
+    high = _episode_means("InferenceGym-Task1-v0", [9, 0, 9, 0, 0], workload=overload)  # batch 192
     assert high["tokens_per_s"] > 1.5 * low["tokens_per_s"]
     assert high["queue_depth"] < low["queue_depth"] and high["ttft_p50_s"] < low["ttft_p50_s"]
     assert high["tpot_s"] > low["tpot_s"]  # the price: each token takes longer
@@ -138,6 +139,7 @@ def test_more_kv_budget_never_more_evictions():
 
 
 def test_hardware_is_a_config_and_h100_serves_more():
-    a100 = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0])
-    h100 = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0], gpu="h100-sxm")
+    overload = {"base_rate": 15.0}  # more than either GPU serves at batch 32
+    a100 = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0], workload=overload)
+    h100 = _episode_means("InferenceGym-Task1-v0", [9, 0, 5, 0, 0], gpu="h100-sxm", workload=overload)
     assert h100["tokens_per_s"] > 1.2 * a100["tokens_per_s"]
