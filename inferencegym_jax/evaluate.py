@@ -14,13 +14,14 @@ Reproducibility contract:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 
+from inferencegym_jax import sharding
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, Observation
 from inferencegym_jax.serving import IntervalMetrics
@@ -97,6 +98,12 @@ def _run_batch(env, params, policy, keys, num_steps):
     return jax.vmap(lambda k: run_episode(env, params, policy, k, num_steps))(keys)
 
 
+@functools.partial(jax.jit, static_argnames=("env", "policy", "num_steps", "mesh"))
+def _run_batch_sharded(env, params, policy, keys, num_steps, mesh):
+    run = lambda k, p: jax.vmap(lambda k1: run_episode(env, p, policy, k1, num_steps))(k)  # noqa: E731
+    return sharding.split_leading(run, mesh, replicated=(1,))(keys, params)
+
+
 def run_episodes(
     env: InferenceGymEnv,
     params: EnvParams,
@@ -106,12 +113,17 @@ def run_episodes(
     *,
     batch_size: int | None = None,
     num_steps: int | None = None,
+    devices: int | Sequence[jax.Device] | None = None,
 ) -> Trajectory:
     """Episodes 0 .. num_episodes-1 of `policy`, episode i from fold_in(key, i).
 
     Args:
       batch_size: episodes per jitted call (default: all at once); results do not depend on it.
       num_steps: intervals per episode (default: the task horizon).
+      devices: split each batch of episodes across this many devices (or these devices) with
+        `sharding.split_leading`; None runs on the default device. A batch is padded to a
+        multiple of the device count with later episodes, dropped. Results equal one device's
+        to float32 rounding (the partitioned program may fuse a multiply-add differently).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes={num_episodes} must be >= 1")
@@ -119,10 +131,17 @@ def run_episodes(
     batch_size = int(batch_size or num_episodes)
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
+    mesh = None if devices is None else sharding.batch_mesh(devices)
     chunks = []
     for start in range(0, num_episodes, batch_size):
         count = min(batch_size, num_episodes - start)
-        chunks.append(_run_batch(env, params, policy, episode_keys(key, start, count), num_steps))
+        if mesh is None:
+            chunks.append(_run_batch(env, params, policy, episode_keys(key, start, count), num_steps))
+            continue
+        padded = count + (-count) % mesh.size
+        keys = sharding.shard_leading(episode_keys(key, start, padded), mesh)
+        out = _run_batch_sharded(env, params, policy, keys, num_steps, mesh)
+        chunks.append(jax.tree_util.tree_map(lambda x: x[:count], out))
     if len(chunks) == 1:
         return chunks[0]
     return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *chunks)

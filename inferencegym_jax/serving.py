@@ -223,19 +223,6 @@ def _class_sum(x: Array) -> Array:
     return x[0] + x[1] + x[2]
 
 
-def _age_sum(x: Array) -> Array:
-    """Sum over the last (age) axis as a product with ones: one vectorised kernel for a stack
-    of arrays, where XLA's CPU reductions over a short minor axis run one slow loop each."""
-    return jnp.dot(x, jnp.ones((x.shape[-1],), x.dtype), precision=jax.lax.Precision.HIGHEST)
-
-
-def _totals(*xs: Array) -> tuple[Array, ...]:
-    """Totals of several (3, A) arrays: ages by `_age_sum`, then classes in a fixed order."""
-    per_class = _age_sum(jnp.stack(xs))  # (K, 3)
-    total = (per_class[:, 0] + per_class[:, 1]) + per_class[:, 2]
-    return tuple(total[i] for i in range(len(xs)))
-
-
 def _earlier_classes(x: Array) -> Array:
     """Exclusive prefix sum over the (3,) class axis: (0, x0, x0 + x1)."""
     return jnp.stack([jnp.zeros_like(x[0]), x[0], x[0] + x[1]])
@@ -329,8 +316,7 @@ def serve_interval(
     # --- admission limits -------------------------------------------------------------------
     tps = perf_model.tokens_per_step(profile, spec)
     mean_ctx = _safe_div(run_context, run_seqs)
-    class_n, class_p = _age_sum(jnp.stack([q_count, q_prompt]))  # (3,) each
-    decode_batch = jnp.clip(jnp.minimum(run_seqs + _class_sum(class_n) + swap_seqs, batch), 1.0, None)
+    decode_batch = jnp.clip(jnp.minimum(run_seqs + jnp.sum(q_count) + swap_seqs, batch), 1.0, None)
     step_est = perf_model.decode_step_time(profile, decode_batch, mean_ctx, spec)
     mean_remaining = jnp.maximum(_safe_div(run_remaining, run_seqs), 1.0)
     finish_est = run_seqs * -jnp.expm1(-(t_avail / step_est) * tps / mean_remaining)
@@ -355,6 +341,7 @@ def serve_interval(
     x_swap = jnp.minimum(_admit(swap_seqs, swap_seqs, 0.0, slots), _admit(swap_context, swap_context, 0.0, token_cap))
     x_swap = jnp.where(swap_seqs > _EPS, jnp.clip(x_swap, 0.0, 1.0), 0.0)
     older_n, older_p = _older_sum(jnp.stack([q_count, q_prompt]))  # (3, A) each
+    class_n, class_p = jnp.sum(q_count, axis=1), jnp.sum(q_prompt, axis=1)
     before_n = swap_seqs + _earlier_classes(class_n)[:, None] + older_n
     before_p = swap_context + _earlier_classes(class_p)[:, None] + older_p
     x_queue = jnp.minimum(_admit(q_count, q_count, before_n, slots), _admit(q_prompt, q_prompt, before_p, token_cap))
@@ -368,10 +355,9 @@ def serve_interval(
     swap_seqs, swap_context, swap_remaining = swap_seqs - re_n, swap_context - re_c, swap_remaining - re_r
 
     # --- prefill ------------------------------------------------------------------------------
-    admitted, adm_prompt, adm_output, adm_prompt_sq = _totals(adm_n, adm_p, adm_o, adm_sq)
-    prefill_tokens = re_c + adm_prompt
-    prefill_seqs = re_n + admitted
-    prefill_sq = re_c * _safe_div(re_c, re_n) + adm_prompt_sq
+    prefill_tokens = re_c + jnp.sum(adm_p)
+    prefill_seqs = re_n + jnp.sum(adm_n)
+    prefill_sq = re_c * _safe_div(re_c, re_n) + jnp.sum(adm_sq)
     prefill_s = perf_model.prefill_time(profile, prefill_tokens, jnp.maximum(prefill_seqs, 1.0), prefill_sq)
     decode_s = jnp.where(disagg, t_avail, jnp.maximum(t_avail - prefill_s, 0.0))
     # Wall-clock prefill throughput seen by a request in the queue [tokens/s].
@@ -397,9 +383,9 @@ def serve_interval(
     ttft_half = jnp.where(fresh, 0.5 * (step_est + fresh_prefill), 0.5 * dt)
 
     # --- decode -----------------------------------------------------------------------------
-    run_seqs = run_seqs + re_n + admitted
+    run_seqs = run_seqs + re_n + jnp.sum(adm_n)
     run_context = run_context + prefill_tokens
-    run_remaining = run_remaining + re_r + adm_output
+    run_remaining = run_remaining + re_r + jnp.sum(adm_o)
     concurrent = jnp.minimum(run_seqs, batch)
     ctx = _safe_div(run_context, run_seqs)
     step_s = perf_model.decode_step_time(profile, jnp.maximum(concurrent, 1.0), ctx, spec)
@@ -436,7 +422,7 @@ def serve_interval(
 
     # --- queue: remove admitted, time out the oldest, age by one -----------------------------------
     rest_n, rest_p, rest_o, rest_sq = q_count - adm_n, q_prompt - adm_p, q_output - adm_o, q_sq - adm_sq
-    timeouts = _class_sum(rest_n[:, -1])
+    timeouts = jnp.sum(rest_n[:, -1])
     shift = lambda a: jnp.concatenate([jnp.zeros_like(a[:, :1]), a[:, :-1]], axis=1)  # noqa: E731
     new_queue = (shift(rest_n), shift(rest_p), shift(rest_o), shift(rest_sq))
 
@@ -445,13 +431,10 @@ def serve_interval(
     wait_now = (ages + 0.5) * dt  # requests still waiting: a lower bound on their TTFT
     tpot_bad = tpot > params.tpot_slo_s
     late = (ttft > slo) | tpot_bad
-    ratio = jnp.minimum(adm_n * ttft + rest_n * wait_now, 4.0 * slo * (adm_n + rest_n)) / (4.0 * slo)
-    # good_tokens: output tokens owed to requests admitted within their SLO (goodput, counted
-    # at admission).
-    late_n, good_tokens, ratio_sum, pooled, waiting_prompt = _totals(
-        jnp.where(late, adm_n, 0.0), jnp.where(late, 0.0, adm_o), ratio, adm_n + rest_n, new_queue[1])
-    violations = late_n + timeouts + failed
-    decided = admitted + timeouts + failed
+    violations = jnp.sum(jnp.where(late, adm_n, 0.0)) + timeouts + failed
+    # Output tokens owed to requests admitted within their SLO (goodput, counted at admission).
+    good_tokens = jnp.sum(jnp.where(late, 0.0, adm_o))
+    decided = jnp.sum(adm_n) + timeouts + failed
     # Pool classes per age bin (admitted at their TTFT, waiting at their current wait); each
     # bin is a uniform [centre - half-width, centre + half-width]; bins increase with age.
     weight_age = _class_sum(adm_n + rest_n)
@@ -460,13 +443,13 @@ def serve_interval(
     low = jnp.where(weight_age > _EPS, jnp.maximum(centre - half, 0.0), 0.0)
     high = jnp.where(weight_age > _EPS, centre + half, 0.0)
     ttft_p50, ttft_p99 = _binned_quantiles(low, high, weight_age, (0.5, 0.99))
-    ttft_slo_ratio = _safe_div(ratio_sum, pooled)
+    ratio = jnp.minimum(adm_n * ttft + rest_n * wait_now, 4.0 * slo * (adm_n + rest_n)) / (4.0 * slo)
+    ttft_slo_ratio = _safe_div(jnp.sum(ratio), jnp.sum(adm_n + rest_n))
 
-    waiting = _age_sum(new_queue[0])  # (3,)
-    queue_depth = _class_sum(waiting)
-    share_n = waiting + arrivals.count
+    queue_depth = jnp.sum(new_queue[0])
+    share_n = jnp.sum(new_queue[0], axis=1) + arrivals.count
     class_share = jnp.where(
-        _class_sum(share_n) > _EPS, share_n / jnp.maximum(_class_sum(share_n), _EPS), 1.0 / NUM_CLASSES
+        jnp.sum(share_n) > _EPS, share_n / jnp.maximum(jnp.sum(share_n), _EPS), 1.0 / NUM_CLASSES
     )
     generated_rate = generated / dt
     metrics = IntervalMetrics(
@@ -479,7 +462,7 @@ def serve_interval(
         tokens_per_s=generated_rate,
         quality_tokens_per_s=generated_rate * (1.0 - profile.quality_loss),
         prefill_tokens=prefill_tokens,
-        admitted=admitted,
+        admitted=jnp.sum(adm_n),
         completed=completed,
         slo_violations=violations,
         slo_violation_rate=jnp.clip(_safe_div(violations, decided), 0.0, 1.0),
@@ -495,7 +478,7 @@ def serve_interval(
         cost_usd=num_gpus * profile.price_per_hour * dt / 3600.0,
         stall_s=busy,
         queue_depth=queue_depth,
-        queue_mean_prompt=_safe_div(waiting_prompt, queue_depth),
+        queue_mean_prompt=_safe_div(jnp.sum(new_queue[1]), queue_depth),
         class_share=class_share,
     )
     new_state = ServerState(

@@ -1,0 +1,22 @@
+"""`inferencegym bench` runs end to end on tiny sizes and writes its table, JSON and figure."""
+
+from __future__ import annotations
+
+import json
+
+from inferencegym_jax import bench
+
+
+def test_bench_writes_rows_json_and_figure(tmp_path, capsys):
+    out, png = tmp_path / "bench.json", tmp_path / "scaling.png"
+    bench.main(["--tasks", "1", "--envs", "4", "--steps", "3", "--numpy-steps", "2", "--repeats", "1",
+                "--no-ppo", "--no-grade", "--json", str(out), "--plot", str(png)])
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["impl"], r["num_envs"]) for r in rows} == {("jax", 4), ("numpy", 4)}
+    for r in rows:
+        assert r["task"] == "InferenceGym-Task1-v0" and r["steps_per_sec"] > 0 and r["median_s"] > 0
+        assert r["compile_s"] > 0 if r["impl"] == "jax" else r["compile_s"] == 0
+        assert r["memory_mb"] is None or r["memory_mb"] > 0
+    table = capsys.readouterr().out
+    assert "| jax | Task1 | 4 |" in table and "x |" in table  # the jax/numpy ratio column
+    assert png.stat().st_size > 10_000
