@@ -100,6 +100,9 @@ class PPOConfig:
     eval_episodes: int = _static(256, "held-out episodes of the final graded evaluation",
                                  lambda v: v >= 1, ">= 1")
     deterministic_eval: bool = _static(True, "evaluate the policy's mode (True) or sample it (False)")
+    num_devices: int = _static(1, "devices the env batch is split across (inferencegym_jax.sharding; on CPU "
+                                  "start with XLA_FLAGS=--xla_force_host_platform_device_count=N)",
+                               lambda v: v >= 1, ">= 1")
 
     # --- traced: HParams
     lr: float = _traced(3e-4, "Adam learning rate", 0.0, 1.0, lo_open=True)
@@ -232,6 +235,8 @@ def from_dict(raw: Mapping[str, Any]) -> PPOConfig:
             raise ValueError(f"config key {name!r} = {value!r} out of range: must be {meta['allowed']}")
         values[name] = value
     config = PPOConfig(**values)
+    if config.num_envs % config.num_devices:
+        raise ValueError(f"config key 'num_devices' = {config.num_devices} must divide num_envs = {config.num_envs}")
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"config key 'num_minibatches' = {config.num_minibatches} must divide "

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from inferencegym_jax import evaluate
+from inferencegym_jax import evaluate, sharding
 from inferencegym_jax.actions import ServingAction, indices_from_action
 from training.config import HParams, PPOConfig
 from training.networks import ActionLayout, ActorCritic, policy_distribution, sample_actions
@@ -206,13 +206,20 @@ class Trainer:
 
     # The env batch axis (leading, num_envs) is made only by these two methods: the one place to
     # put a sharding constraint (jax.sharding over devices) when envs are split across devices.
+    # With config.num_devices > 1 XLA partitions the rollout by env and the update by sample
+    # (the gradient mean becomes an all-reduce); one device otherwise.
+    def _split(self, tree: Any) -> Any:
+        if self.config.num_devices == 1:
+            return tree
+        return sharding.constrain_leading(tree, sharding.batch_mesh(self.config.num_devices))
+
     def _env_reset(self, key: jax.Array) -> tuple[Any, Any]:
-        keys = jax.random.split(key, self.config.num_envs)
-        return jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.env_params)
+        keys = self._split(jax.random.split(key, self.config.num_envs))
+        return self._split(jax.vmap(self.env.reset, in_axes=(0, None))(keys, self.env_params))
 
     def _env_step(self, key: jax.Array, state: Any, action: jax.Array) -> tuple:
-        keys = jax.random.split(key, self.config.num_envs)
-        return jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(keys, state, action, self.env_params)
+        keys = self._split(jax.random.split(key, self.config.num_envs))
+        return self._split(jax.vmap(self.env.step, in_axes=(0, 0, 0, None))(keys, state, action, self.env_params))
 
     # ------------------------------------------------------------------ the program
 
