@@ -157,9 +157,9 @@ class EvalResult:
     Attributes:
       scores: float (N,), grader scores in [0, 1].
       breakdown: dict of float (N,), grader components in [0, 1].
-      metrics: dict of float (N,), per-episode means: tokens_per_s, ttft_p50_s, ttft_p99_s
-        [s], tpot_s [s], slo_violation_rate (1 - SLO attainment), cost_per_1k [$],
-        served_fraction, knob_changes.
+      metrics: dict of float (N,), per episode: mean tokens_per_s, ttft_p50_s, ttft_p99_s [s],
+        tpot_s [s]; slo_violation_rate (1 - SLO attainment), cost_per_1k [$], total cost_usd
+        [$] and output_tokens [tokens], served_fraction, knob_changes.
       feedback: one readable line per episode.
     """
 
@@ -186,6 +186,8 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
         "tpot_s": per_episode(m.tpot_s),
         "slo_violation_rate": 1.0 - g.slo_attainment,
         "cost_per_1k": g.cost_per_1k,
+        "cost_usd": jnp.sum(valid * m.cost_usd, axis=1),
+        "output_tokens": jnp.sum(valid * m.output_tokens, axis=1),
         "served_fraction": g.served_fraction,
         "knob_changes": g.knob_changes,
     }
@@ -246,7 +248,9 @@ def summarize(results: dict[str, EvalResult]):
             "ttft_p50_s": float(np.mean(r.metrics["ttft_p50_s"])),
             "ttft_p99_s": float(np.mean(r.metrics["ttft_p99_s"])),
             "slo_violation_rate": float(np.mean(r.metrics["slo_violation_rate"])),
-            "cost_per_1k": float(np.mean(r.metrics["cost_per_1k"])),
+            # over all episodes' tokens: a mean of per-episode ratios would be dominated by
+            # episodes that served (almost) nothing
+            "cost_per_1k": float(np.sum(r.metrics["cost_usd"]) / max(np.sum(r.metrics["output_tokens"]) / 1e3, 1e-9)),
         })
         rows.append(row)
     return pd.DataFrame(rows).set_index("policy")
