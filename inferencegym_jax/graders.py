@@ -47,6 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams
 
 Array = Any
@@ -134,6 +135,10 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
     for field in METRIC_FIELDS:
         if _get(metrics, field) is None:
             raise ValueError(f"trajectory.metrics is missing field {field!r}")
+    action = _get(trajectory, "action")
+    for field in KNOBS:
+        if _get(action, field) is None:
+            raise ValueError(f"trajectory.action is missing knob {field!r}; required: {list(KNOBS)}")
     lead = shapes["valid"]
     for where, shape in shapes.items():
         if shape != lead:
@@ -153,7 +158,7 @@ def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
     valid = _get(traj, "valid").astype(jnp.float32)
     num_valid = jnp.sum(valid)
     budget = params.reward.cost_budget_per_1k
-    tier = jnp.clip(jnp.round(jnp.asarray(action.quant_tier)).astype(jnp.int32), 0, 2)
+    tier = jnp.clip(jnp.round(jnp.asarray(_get(action, "quant_tier"))).astype(jnp.int32), 0, 2)
     quality = 1.0 - params.server.profiles.quality_loss[tier]
     good = jnp.sum(valid * quality * _get(m, "good_tokens"))
     offered = jnp.sum(valid * _get(traj, "offered_tokens"))
