@@ -79,8 +79,8 @@ def test_running_stats_merge_equals_the_pooled_moments():
 
 
 def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
-    config = PPOConfig(task="InferenceGym-Task1-v0", num_envs=8, num_steps=4, num_updates=2,
-                       update_epochs=1, num_minibatches=2, actor_widths=(16,), critic_widths=(16,))
+    config = PPOConfig(task="InferenceGym-Task1-v0", num_envs=8, num_steps=4, num_updates=2, update_epochs=1,
+                       num_minibatches=2, actor_widths=(16,), critic_widths=(16,), desync_envs=True)
     trainer = make_train(config)
     trainer.update_step = chex.assert_max_traces(trainer.update_step, n=1)
     runner = trainer.jit_init(trainer.root_key())
