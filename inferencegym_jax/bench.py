@@ -3,6 +3,7 @@
     inferencegym bench                                    # the table of BENCHMARKS.md
     inferencegym bench --envs 1 1024 --impl jax --json out.json
     inferencegym bench --devices 2                        # JAX rows split over 2 host devices
+    inferencegym bench --compare 0069be7 HEAD --envs 8192 # git revisions side by side
     python scripts/benchmark.py ...                       # the same
 
 One run measures, for each task and number of parallel envs:
@@ -20,7 +21,12 @@ One run measures, for each task and number of parallel envs:
 
 Memory (`memory_mb`): JAX, the compiled program's arguments, outputs and temporaries
 (`memory_analysis()`); NumPy, the peak of one step's allocations (tracemalloc). `rss_mb` is the
-process's peak resident set so far (monotone over a run). Every row goes to `--json`.
+process's peak resident set so far (monotone over a run), `load_avg` the machine's 1-minute
+load average after the row. Every row goes to `--json`.
+
+`--compare REV ...` instead times the env-only JAX loop of several git revisions in alternating
+subprocesses (each revision's package, configs and data from `git archive`), the before/after
+rows of BENCHMARKS.md's optimisation log.
 """
 
 from __future__ import annotations
@@ -237,6 +243,92 @@ def bench_grading(env_id: str, episodes: int, repeats: int) -> dict[str, Any] | 
     }
 
 
+# A self-contained env-only measurement for `compare`: it runs against old trees too, so it uses
+# only the public API (make, reset, step) and prints one JSON line.
+_COMPARE_SNIPPET = """
+import json, sys, time
+import jax, jax.numpy as jnp, numpy as np
+import inferencegym_jax as ig
+env_id, n, steps, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+env, params = ig.make(env_id)
+nvec = np.asarray(env.action_space(params).nvec)
+actions = jnp.asarray(np.random.default_rng(0).integers(0, nvec, (16, n, 5)).astype(np.int32))
+def run(key):
+    k_reset, k_steps = jax.random.split(key)
+    _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, n), params)
+    def body(state, x):
+        t, k = x
+        a = jax.lax.dynamic_index_in_dim(actions, t % 16, keepdims=False)
+        _, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k, n), state, a, params)
+        return state, reward
+    return jax.lax.scan(body, state, (jnp.arange(steps), jax.random.split(k_steps, steps)))
+f = jax.jit(run).lower(jax.random.key(0)).compile()
+jax.block_until_ready(f(jax.random.key(0)))
+wall, cpu = [], []
+for i in range(repeats):
+    t0, c0 = time.perf_counter(), time.process_time()
+    jax.block_until_ready(f(jax.random.key(i)))
+    wall.append(time.perf_counter() - t0); cpu.append(time.process_time() - c0)
+print(json.dumps({"steps_per_sec": n * steps / float(np.median(wall)), "cpu_ns": float(np.median(cpu)) / n / steps * 1e9}))
+"""
+
+
+def _checkout(rev: str, root: str, into: str) -> str:
+    """`rev`'s package, configs and data, laid out as an importable package under `into`."""
+    import pathlib
+    import subprocess
+    import tarfile
+
+    archive = subprocess.run(["git", "-C", root, "archive", rev, "inferencegym_jax", "configs", "data"],
+                             check=True, capture_output=True).stdout
+    import io
+
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    pkg = pathlib.Path(into, "inferencegym_jax")
+    for src, dst in (("configs", "_configs"), ("data", "_data")):  # what pyproject's package-dir maps
+        pathlib.Path(into, src).rename(pkg / dst)
+        (pkg / dst / "__init__.py").touch()
+    return into
+
+
+def compare(revs: list[str], env_id: str, num_envs: int, steps: int, repeats: int, rounds: int) -> list[dict[str, Any]]:
+    """Env-only steps/s of several git revisions, in alternating subprocesses (`rounds` each),
+    so that a change of machine load falls on all of them alike. Medians over rounds of the
+    per-run medians; `cpu_ns_per_step` is CPU time (all threads) per env step."""
+    import subprocess
+    import tempfile
+
+    import inferencegym_jax
+
+    root = subprocess.run(["git", "-C", os.path.dirname(inferencegym_jax.__file__), "rev-parse", "--show-toplevel"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    results: dict[str, list[dict[str, float]]] = {rev: [] for rev in revs}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {rev: _checkout(rev, root, os.path.join(tmp, f"r{i}")) for i, rev in enumerate(revs)}
+        for _ in range(rounds):
+            for rev in revs:
+                env = dict(os.environ, PYTHONPATH=trees[rev])
+                out = subprocess.run([sys.executable, "-c", _COMPARE_SNIPPET, env_id, str(num_envs), str(steps),
+                                      str(repeats)], env=env, cwd=tmp, capture_output=True, text=True)
+                if out.returncode:
+                    raise RuntimeError(f"{rev}: {out.stderr[-2000:]}")
+                results[rev].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    rows = []
+    for rev in revs:
+        rows.append({
+            "impl": f"jax @ {rev}",
+            "task": env_id,
+            "num_envs": num_envs,
+            "steps_per_sec": statistics.median(r["steps_per_sec"] for r in results[rev]),
+            "cpu_ns_per_step": statistics.median(r["cpu_ns"] for r in results[rev]),
+            "compile_s": None,
+            "memory_mb": None,
+            "rounds": rounds,
+        })
+    return rows
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "-"
@@ -283,6 +375,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         style = "-o" if impl.startswith("jax") else "--s"
         label = f"{impl}, {task.replace('InferenceGym-', '').replace('-v0', '')}"
         ax.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+    ax.axhline(2e6, ls=":", color="grey", label="target: 2 M steps/s at 8,192 envs")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("parallel envs")
@@ -327,6 +420,16 @@ def _fits(num_envs: int, impl: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    if args.compare:
+        rows = compare(args.compare, args.tasks[0], args.envs[0], args.steps, args.repeats, args.rounds)
+        print("| revision | task | num_envs | steps/s | CPU ns per env step |\n|---|---|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['impl'][6:]} | {r['task']} | {r['num_envs']:,} | {r['steps_per_sec']:,.0f} | "
+                  f"{r['cpu_ns_per_step']:,.0f} |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"machine": machine(), "rows": rows}, f, indent=2)
+        return rows
     if args.devices > 1 and "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
         # Read when the CPU backend starts; too late once JAX has run anything.
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
@@ -356,6 +459,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 else:
                     steps = max(2, min(args.steps, args.numpy_steps))
                     row = bench_numpy(env_id, n, steps, max(1, min(args.repeats, 3)))
+                row["load_avg"] = os.getloadavg()[0]
                 rows.append(row)
                 print(table_line(row, rows), flush=True)
         if args.ppo:
@@ -396,6 +500,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ppo-updates", type=int, default=5)
     parser.add_argument("--grade", action=argparse.BooleanOptionalAction, default=True, help="grading row")
     parser.add_argument("--grade-episodes", type=int, default=1024)
+    parser.add_argument("--compare", nargs="+", metavar="REV", default=None,
+                        help="instead: env-only steps/s of these git revisions (first --tasks, first --envs), "
+                             "alternating subprocesses")
+    parser.add_argument("--rounds", type=int, default=3, help="alternations of --compare")
     parser.add_argument("--json", default=None, help="write the rows and the machine here")
     parser.add_argument("--plot", default=None, help="write the scaling figure (PNG) here")
 

@@ -1,4 +1,4 @@
-"""Envs and episodes split across 4 host devices give the single-device results, bit for bit.
+"""Envs and episodes split across 4 host devices give the single-device results (float32 rounding).
 
 XLA reads its flags when JAX starts, so the 4-device check runs in a subprocess with
 XLA_FLAGS=--xla_force_host_platform_device_count=4.
