@@ -74,6 +74,8 @@ MEMORY_HIGH = 0.9    # memory in use above this fraction of the limit: shrink th
 DISAGG_PREFILL_SHARE = 0.3
 # Speculation by running sequences: EAGLE pays off at small batch only (DESIGN.md anchors).
 SPEC_BY_BATCH = ((16.0, 4.0), (48.0, 2.0), (96.0, 1.0))
+
+
 def heuristic_policy(env: InferenceGymEnv) -> Policy:
     """A reactive controller an operator could write: feedback on the observation alone.
 

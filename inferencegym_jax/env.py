@@ -12,11 +12,16 @@ it runs every step under `vmap`.
 Observations are a structured `Observation` pytree; `env.flatten_observation(obs, params)` (or
 `wrappers.FlatObservation`) turns one into the normalised float32 vector networks use.
 
-Reward per interval (DESIGN.md's R = alpha*T - beta*L - gamma*V - delta*C, clipped to [-1, 1]):
-  T = quality-weighted output tokens/s / the offered output-token rate, clipped to [0, 2];
+Reward per interval (DESIGN.md's R = alpha*T - beta*L - gamma*V - delta*C, plus an
+anti-thrashing term epsilon*S; clipped to [-1, 1]). Each term is the per-interval analogue of a
+grader component, so the reward an agent maximises is what it is graded on:
+  T = goodput: output tokens of the requests admitted within their SLOs, quality-weighted
+      (INT4 0.96), over the mean offered output tokens per interval; clipped to [0, 2];
   L = mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1];
   V = SLO-violation rate, in [0, 1];
-  C = min(cost per 1k output tokens / budget, 2) / 2, in [0, 1].
+  C = cost over budget: clip(cost per 1k output tokens / budget - 1, 0, 1), 0 within budget;
+  S = 1 when the applied configuration changed from the previous interval (the first
+      configuration is free), else 0.
 """
 
 from __future__ import annotations
@@ -49,8 +54,8 @@ class RewardParams:
     """Reward weights and references.
 
     Attributes:
-      weights: float32 (4,), (alpha, beta, gamma, delta) of throughput, latency, SLO
-        violations and cost.
+      weights: float32 (5,), (alpha, beta, gamma, delta, epsilon) of throughput, latency, SLO
+        violations, cost and knob changes.
       throughput_ref: float32 [tokens/s], the offered output-token rate (mean arrival rate x
         mean output length): T = 1 when the server keeps up on average.
       cost_budget_per_1k: float32 [$ per 1k output tokens].
@@ -304,7 +309,9 @@ class InferenceGymEnv:
         ema = (1.0 - RATE_EMA_WEIGHT) * state.arrival_rate_ema + RATE_EMA_WEIGHT * jnp.sum(arrivals.count) / dt
         time = state.time + 1
         new_state = EnvState(server, wl_state, time, ema, state.cost_so_far + m.cost_usd, m)
-        reward, components = self.reward(m, params)
+        previous = state.server.config.as_vector()
+        changed = (previous[4] >= 0) & jnp.any(jnp.abs(applied.as_vector() - previous) > 1e-6)
+        reward, components = self.reward(m, params, applied, changed)
         terminated = jnp.zeros((), bool)
         truncated = time >= params.max_steps_in_episode
         info = {
@@ -392,16 +399,29 @@ class InferenceGymEnv:
         ]
         return jnp.clip(jnp.stack(parts, axis=-1), 0.0, 1.0).astype(jnp.float32)
 
-    def reward(self, m: serving.IntervalMetrics, params: EnvParams) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """Per-interval reward in [-1, 1] and its components (see the module docstring)."""
+    def reward(
+        self, m: serving.IntervalMetrics, params: EnvParams, applied: ServingAction, changed: jax.Array
+    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """Per-interval reward in [-1, 1] and its components (see the module docstring).
+
+        Args:
+          m: the interval's metrics.
+          applied: the configuration applied in the interval (its precision's quality loss).
+          changed: bool, whether it differs from the previous interval's.
+        """
         r = params.reward
-        throughput = jnp.clip(m.quality_tokens_per_s / r.throughput_ref, 0.0, 2.0)
+        quality = 1.0 - serving.select_profile(params.server.profiles, applied.quant_tier).quality_loss
+        offered = r.throughput_ref * params.server.dt_s
+        throughput = jnp.clip(m.good_tokens * quality / offered, 0.0, 2.0)
         latency = m.ttft_slo_ratio
         violations = m.slo_violation_rate
-        cost = jnp.minimum(cost_per_1k_tokens(m) / r.cost_budget_per_1k, 2.0) / 2.0
+        cost = jnp.clip(cost_per_1k_tokens(m) / r.cost_budget_per_1k - 1.0, 0.0, 1.0)
+        stability = changed.astype(jnp.float32)
         w = r.weights
-        total = w[0] * throughput - w[1] * latency - w[2] * violations - w[3] * cost
-        components = {"throughput": throughput, "latency": latency, "violations": violations, "cost": cost}
+        total = w[0] * throughput - w[1] * latency - w[2] * violations - w[3] * cost - w[4] * stability
+        components = {
+            "throughput": throughput, "latency": latency, "violations": violations, "cost": cost, "stability": stability,
+        }
         return jnp.clip(total, -1.0, 1.0).astype(jnp.float32), components
 
 

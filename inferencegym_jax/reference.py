@@ -451,14 +451,21 @@ def apply_action(indices: np.ndarray, params: EnvParams) -> ServingAction:
     return ServingAction(*values)
 
 
-def reward(m: IntervalMetrics, params: EnvParams) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def reward(
+    m: IntervalMetrics, params: EnvParams, applied: ServingAction, changed: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-interval reward in [-1, 1] and its components (env.InferenceGymEnv.reward)."""
     r = params.reward
-    throughput = np.clip(m.quality_tokens_per_s / r.throughput_ref, 0.0, 2.0)
-    cost = np.minimum(cost_per_1k_tokens(m) / r.cost_budget_per_1k, F32(2.0)) / F32(2.0)
+    tier = np.clip(applied.quant_tier.astype(np.int32), 0, 2)
+    quality = F32(1.0) - np.asarray(params.server.profiles.quality_loss, F32)[tier]
+    throughput = np.clip(m.good_tokens * quality / (r.throughput_ref * params.server.dt_s), 0.0, 2.0)
+    cost = np.clip(cost_per_1k_tokens(m) / r.cost_budget_per_1k - F32(1.0), 0.0, 1.0)
+    stability = changed.astype(F32)
     w = r.weights
-    total = w[0] * throughput - w[1] * m.ttft_slo_ratio - w[2] * m.slo_violation_rate - w[3] * cost
-    components = {"throughput": throughput, "latency": m.ttft_slo_ratio, "violations": m.slo_violation_rate, "cost": cost}
+    total = (w[0] * throughput - w[1] * m.ttft_slo_ratio - w[2] * m.slo_violation_rate - w[3] * cost
+             - w[4] * stability)
+    components = {"throughput": throughput, "latency": m.ttft_slo_ratio, "violations": m.slo_violation_rate,
+                  "cost": cost, "stability": stability}
     return np.clip(total, -1.0, 1.0).astype(F32), components
 
 
@@ -562,7 +569,11 @@ def step_env(state: EnvState, action: np.ndarray, draws: Draws, params: EnvParam
     ema = F32(1.0 - RATE_EMA_WEIGHT) * state.arrival_rate_ema + F32(RATE_EMA_WEIGHT) * arrivals.count.sum(axis=1) / dt
     time = state.time + 1
     new_state = EnvState(server, wl_state, time, ema.astype(F32), (state.cost_so_far + m.cost_usd).astype(F32), m)
-    r, components = reward(m, params)
+    c = state.server.config
+    previous = np.stack([np.asarray(getattr(c, k), F32) for k in KNOBS], axis=1)
+    now = np.stack([np.asarray(getattr(applied, k), F32) for k in KNOBS], axis=1)
+    changed = (previous[:, 4] >= 0) & np.any(np.abs(now - previous) > 1e-6, axis=1)
+    r, components = reward(m, params, applied, changed)
     truncated = time >= params.max_steps_in_episode
     info = {"metrics": m, "applied_action": applied, "reward_components": components, "arrivals": arrivals}
     return get_obs(new_state, params), new_state, r, np.zeros_like(truncated), truncated, info

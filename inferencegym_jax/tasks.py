@@ -127,7 +127,7 @@ def build_params(config: Mapping[str, Any]) -> EnvParams:
     s = config["server"]
     for name, value, n in (("server.ttft_slo_s", s["ttft_slo_s"], workload.NUM_CLASSES),
                            ("workload.class_mix", config["workload"]["class_mix"], workload.NUM_CLASSES),
-                           ("reward.weights", config["reward"]["weights"], 4)):
+                           ("reward.weights", config["reward"]["weights"], 5)):
         if len(value) != n:
             raise ValueError(f"{name} must have {n} entries, got {len(value)}")
     if s["num_age_buckets"] < 2:

@@ -491,8 +491,8 @@ def render() -> str:
     low, count = floor_ratio()
     lines += ["", "## Physical floors", "",
               f"Over {count:,} decode and prefill passes (both GPUs, every precision and draft, batch 1-512,",
-              f"context 128-8,192, draft length 0-8, prefills of 1-16,384 tokens) no simulated time is",
-              f"below the peak-bandwidth or peak-FLOP floor: the smallest ratio of simulated time to floor",
+              "context 128-8,192, draft length 0-8, prefills of 1-16,384 tokens) no simulated time is",
+              "below the peak-bandwidth or peak-FLOP floor: the smallest ratio of simulated time to floor",
               f"is {low:.3f}. `tests/test_fidelity.py` checks the same.", ""]
     summary = {}
     for a in anchors:

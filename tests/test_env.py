@@ -134,9 +134,10 @@ def test_info_carries_step_metrics_and_reward_components(task):
                  "spec_acceptance", "evictions", "slo_violations", "slo_violation_rate"):
         assert name in info and np.isfinite(float(info[name])), name
     comps = info["reward_components"]
-    assert set(comps) == {"throughput", "latency", "violations", "cost"}
+    assert set(comps) == {"throughput", "latency", "violations", "cost", "stability"}
     w = np.asarray(params.reward.weights)
-    expected = w[0] * comps["throughput"] - w[1] * comps["latency"] - w[2] * comps["violations"] - w[3] * comps["cost"]
+    expected = (w[0] * comps["throughput"] - w[1] * comps["latency"] - w[2] * comps["violations"]
+                - w[3] * comps["cost"] - w[4] * comps["stability"])
     np.testing.assert_allclose(float(reward), np.clip(float(expected), -1, 1), rtol=1e-5, atol=1e-6)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import chex
-import jax
 import numpy as np
 import pytest
 
