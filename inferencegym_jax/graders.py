@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 import jax
@@ -49,6 +48,7 @@ from flax import struct
 
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams
+from inferencegym_jax.package_files import shipped
 
 Array = Any
 # Components of each grader and their weights; "ttft_memory" multiplies its components.
@@ -91,7 +91,7 @@ class Grade:
 
 @functools.cache
 def _load_constants_file() -> dict[str, Any]:
-    text = resources.files("inferencegym_jax._data").joinpath("grader_constants.json").read_text()
+    text = shipped("data").joinpath("grader_constants.json").read_text()
     return json.loads(text)
 
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 import jax.numpy as jnp
 from flax import struct
 
+from inferencegym_jax.package_files import shipped
 from inferencegym_jax.profiles import DRAFTS, GPUS, MODELS, PRECISIONS, SPEC_LENGTHS
 
 Array = Any  # a jax or numpy array, or a Python scalar
@@ -114,7 +114,7 @@ def _valid(field: str, value: str, allowed: Mapping[str, object]) -> None:
 @functools.cache
 def load_calibration() -> dict:
     """The fitted constants of data/calibration.json (installed as package data)."""
-    text = resources.files("inferencegym_jax._data").joinpath("calibration.json").read_text()
+    text = shipped("data").joinpath("calibration.json").read_text()
     return json.loads(text)
 
 

@@ -15,7 +15,6 @@ import copy
 import functools
 import tomllib
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 import jax
@@ -24,6 +23,7 @@ import jax.numpy as jnp
 from inferencegym_jax import perf_model, workload
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, RewardParams
+from inferencegym_jax.package_files import shipped
 from inferencegym_jax.profiles import QUANT_TIERS
 from inferencegym_jax.serving import ServerParams
 
@@ -64,7 +64,7 @@ def registered_envs() -> list[str]:
 
 @functools.cache
 def _load_task_file(filename: str) -> dict[str, Any]:
-    text = resources.files("inferencegym_jax._configs").joinpath("tasks", filename).read_text()
+    text = shipped("configs").joinpath("tasks", filename).read_text()
     return tomllib.loads(text)
 
 

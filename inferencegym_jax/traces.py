@@ -32,11 +32,11 @@ import datetime as dt
 import functools
 import io
 from dataclasses import dataclass
-from importlib import resources
 
 import jax.numpy as jnp
 import numpy as np
 
+from inferencegym_jax.package_files import shipped
 from inferencegym_jax.workload import NUM_CLASSES, Trace
 
 TRACE_FILES: dict[str, str] = {
@@ -85,7 +85,7 @@ def load_requests(name: str) -> Requests:
     """
     if name not in TRACE_FILES:
         raise ValueError(f"trace name {name!r} is not one of {available_traces()}")
-    blob = resources.files("inferencegym_jax._data").joinpath("traces", TRACE_FILES[name]).read_bytes()
+    blob = shipped("data").joinpath("traces", TRACE_FILES[name]).read_bytes()
     with np.load(io.BytesIO(blob)) as arrays:
         origin = str(arrays["origin"])
         requests = Requests(

@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_four_host_devices_match_one_device():
+def test_four_host_devices_match_one_device(tmp_path):
     """Every leaf equal to float32 rounding, nearly all bit for bit, on 4 devices.
 
     XLA compiles the partitioned program with its own fusions, so a product summed into
@@ -75,7 +75,8 @@ def test_four_host_devices_match_one_device():
     the tolerance is test_env's batch-width contract, 1e-4). Everything else is bit-identical.
     """
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)  # not the checkout: the installed package
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     same, total, worst, shape, num_devices = out["evaluate"]

@@ -21,12 +21,13 @@ import json
 import tomllib
 import typing
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import jax.numpy as jnp
 from flax import struct
+
+from inferencegym_jax.package_files import shipped
 
 TRACED = "traced"
 
@@ -249,7 +250,7 @@ def from_dict(raw: Mapping[str, Any]) -> PPOConfig:
 
 def shipped_configs() -> list[str]:
     """Names of the configs in configs/train/ (without .toml)."""
-    folder = resources.files("inferencegym_jax._configs").joinpath("train")
+    folder = shipped("configs").joinpath("train")
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".toml"))
 
 
@@ -268,7 +269,7 @@ def load_config(source: str | Path, **overrides: Any) -> PPOConfig:
         name = str(source)
         if name not in shipped_configs():
             raise ValueError(f"unknown config {name!r}: not a file, nor one of {shipped_configs()}")
-        text = resources.files("inferencegym_jax._configs").joinpath("train", f"{name}.toml").read_text()
+        text = shipped("configs").joinpath("train", f"{name}.toml").read_text()
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
