@@ -9,17 +9,20 @@ a fresh episode and `info["final_observation"]` holds the observation the episod
 for bootstrapping. Reset is a handful of zeros and two uniform draws, so it costs little when
 it runs every step under `vmap`.
 
-Observations are a structured `Observation` pytree; `env.flatten_observation(obs, params)` (or
-`wrappers.FlatObservation`) turns one into the normalised float32 vector networks use.
+Observations are a structured `Observation` pytree; `env.flatten_observation(obs, params)`
+turns one into the normalised float32 vector networks use.
 
 Reward per interval (DESIGN.md's R = alpha*T - beta*L - gamma*V - delta*C, plus an
 anti-thrashing term epsilon*S; clipped to [-1, 1]). Each term is the per-interval analogue of a
-grader component, so the reward an agent maximises is what it is graded on:
+grader component, so the reward an agent maximises is what it is graded on (tasks 3 and 4
+weight the terms as their grader weighs its components; configs/tasks/*.toml):
   T = goodput: output tokens of the requests admitted within their SLOs, quality-weighted
       (INT4 0.96), over the mean offered output tokens per interval; clipped to [0, 2];
   L = mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1];
   V = SLO-violation rate, in [0, 1];
-  C = cost over budget: clip(cost per 1k output tokens / budget - 1, 0, 1), 0 within budget;
+  C = spend over budget: (cost - budget x output tokens) / (budget x mean offered output
+      tokens per interval), clipped to [-1, 1]; its episode mean is (cost per 1k / budget - 1)
+      x produced / offered tokens, negative within budget;
   S = 1 when the applied configuration changed from the previous interval (the first
       configuration is free), else 0.
 """
@@ -415,7 +418,13 @@ class InferenceGymEnv:
         throughput = jnp.clip(m.good_tokens * quality / offered, 0.0, 2.0)
         latency = m.ttft_slo_ratio
         violations = m.slo_violation_rate
-        cost = jnp.clip(cost_per_1k_tokens(m) / r.cost_budget_per_1k - 1.0, 0.0, 1.0)
+        # Spend over budget, in units of the budget for the offered tokens. Summed over an episode
+        # it is (cost per 1k / budget - 1) x produced / offered tokens: the grader's episode-level
+        # cost term. A per-interval ratio would charge every quiet interval (few tokens, the same
+        # GPU-seconds) in full, though busy intervals pay for it in the episode's cost per token.
+        spend_budget = r.cost_budget_per_1k * offered / 1000.0
+        over = m.cost_usd - r.cost_budget_per_1k * m.output_tokens / 1000.0
+        cost = jnp.clip(over / spend_budget, -1.0, 1.0)
         stability = changed.astype(jnp.float32)
         w = r.weights
         total = w[0] * throughput - w[1] * latency - w[2] * violations - w[3] * cost - w[4] * stability

@@ -26,7 +26,7 @@ import numpy as np
 from inferencegym_jax import serving, workload
 from inferencegym_jax.actions import GRID, KNOBS, ServingAction
 from inferencegym_jax.env import (
-    CONTEXT_SCALE, COST_PER_1K_CAP, MAX_BATCH, QUEUE_SCALE, RATE_EMA_WEIGHT, EnvParams, EnvState, Observation,
+    CONTEXT_SCALE, MAX_BATCH, QUEUE_SCALE, RATE_EMA_WEIGHT, EnvParams, EnvState, Observation,
 )
 from inferencegym_jax.profiles import SPEC_LENGTHS
 from inferencegym_jax.serving import IntervalMetrics, ServerState
@@ -458,8 +458,10 @@ def reward(
     r = params.reward
     tier = np.clip(applied.quant_tier.astype(np.int32), 0, 2)
     quality = F32(1.0) - np.asarray(params.server.profiles.quality_loss, F32)[tier]
-    throughput = np.clip(m.good_tokens * quality / (r.throughput_ref * params.server.dt_s), 0.0, 2.0)
-    cost = np.clip(cost_per_1k_tokens(m) / r.cost_budget_per_1k - F32(1.0), 0.0, 1.0)
+    offered = r.throughput_ref * params.server.dt_s
+    throughput = np.clip(m.good_tokens * quality / offered, 0.0, 2.0)
+    over = m.cost_usd - r.cost_budget_per_1k * m.output_tokens / F32(1000.0)
+    cost = np.clip(over / (r.cost_budget_per_1k * offered / F32(1000.0)), -1.0, 1.0)
     stability = changed.astype(F32)
     w = r.weights
     total = (w[0] * throughput - w[1] * m.ttft_slo_ratio - w[2] * m.slo_violation_rate - w[3] * cost
@@ -467,10 +469,6 @@ def reward(
     components = {"throughput": throughput, "latency": m.ttft_slo_ratio, "violations": m.slo_violation_rate,
                   "cost": cost, "stability": stability}
     return np.clip(total, -1.0, 1.0).astype(F32), components
-
-
-def cost_per_1k_tokens(m: IntervalMetrics) -> np.ndarray:
-    return np.minimum(m.cost_usd / np.maximum(m.output_tokens, F32(1e-9)) * F32(1000.0), F32(COST_PER_1K_CAP))
 
 
 def get_obs(state: EnvState, params: EnvParams) -> Observation:

@@ -119,3 +119,22 @@ def test_relative_actions_move_each_active_knob_at_most_one_step():
     runner = trainer.jit_init(trainer.root_key())
     np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
                                   np.where(np.asarray(trainer.nvec) > 1, default, 0))
+
+
+def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
+    config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
+                       num_steps=2, num_minibatches=1)
+    trainer = make_train(config)
+    assert trainer.layout.nvec == (11, 6, 14, 1, 1)  # hold + the grid, for kv_budget, spec_length, batch_size
+    current = jnp.asarray([[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]], jnp.int32)
+    hold = jnp.zeros((2, 3), jnp.int32)
+    np.testing.assert_array_equal(trainer.env_action(hold, current), [[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]])
+    jump = jnp.asarray([[10, 1, 1], [1, 0, 14 - 1]], jnp.int32)  # set kv_budget 1.0 / 0.1, batch 1 / 512
+    np.testing.assert_array_equal(trainer.env_action(jump, current), [[9, 0, 0, 0, 0], [0, 2, 12, 0, 0]])
+    # The initial policy prefers "hold": its mode keeps the default configuration.
+    env, params = trainer.env, trainer.env_params
+    obs, _ = env.reset(jax.random.key(0), params)
+    default = np.asarray(ig.actions.indices_from_action(params.default_action))
+    runner = trainer.jit_init(trainer.root_key())
+    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
+                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))

@@ -85,10 +85,11 @@ class PPOConfig:
                                              lambda v: len(v) >= 1 and all(w >= 1 for w in v),
                                              "a non-empty list of ints >= 1")
     action_mode: str = _static("absolute", "'absolute': the policy picks each knob's grid index; 'relative': it "
-                                           "moves each knob by -1, 0 or +1 grid step from the value in force",
-                               lambda v: v in ("absolute", "relative"), "'absolute' or 'relative'")
+                                           "moves each knob by -1, 0 or +1 grid step from the value in force; "
+                                           "'hold': it keeps each knob's value in force or sets any grid index",
+                               lambda v: v in ("absolute", "relative", "hold"), "'absolute', 'relative' or 'hold'")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the task's default action (absolute "
-                                        "mode) or of 'no change' (relative mode); 0: a uniform start",
+                                        "mode) or of 'no change' (relative and hold modes); 0: a uniform start",
                                    lambda v: 0.0 <= v <= 20.0, "in [0, 20]")
     # Off by default: with 256 envs x 3 seeds vmapped, the program hung in XLA CPU execution
     # (every thread waiting on a futex, no CPU used) on tasks 2 and 3; small shapes run fine.

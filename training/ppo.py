@@ -56,8 +56,8 @@ class RunnerState:
       ret_stats: RunningStats of the discounted return, float32 () (reward scaling).
       env_state: the envs' state, leading axis num_envs.
       obs: float32 (num_envs, obs_dim), the current flat (unnormalised) observation.
-      config_idx: int32 (num_envs, K), grid indices of the knobs in force (relative actions
-        start from them; zeros in absolute mode).
+      config_idx: int32 (num_envs, K), grid indices of the knobs in force (relative and hold
+        actions start from them; zeros in absolute mode).
       returns: float32 (num_envs,), discounted return so far in the current episodes.
       key: PRNG key (new-style) for the next update.
       update: int32 (), updates done.
@@ -156,18 +156,23 @@ class Trainer:
         if hasattr(env_params, "default_action"):
             default = np.asarray(indices_from_action(env_params.default_action))
             self._default_idx = np.where(np.asarray(self.nvec) > 1, default, 0).astype(np.int32)
-        self.relative = config.action_mode == "relative"
-        if self.relative:
-            if not hasattr(env_params, "default_action"):
-                raise ValueError("action_mode='relative' needs an env whose observation has the knobs in force (config)")
-            # Each active knob: delta index 0, 1, 2 = one grid step down, no change, one step up.
+        self.acts_on_config = config.action_mode in ("relative", "hold")  # from the knobs in force
+        if self.acts_on_config and not hasattr(env_params, "default_action"):
+            raise ValueError(f"action_mode={config.action_mode!r} needs an env whose observation has the knobs in "
+                             "force (config)")
+        if config.action_mode == "relative":
+            # Each active knob: choice 0, 1, 2 = one grid step down, no change, one step up.
             self.layout = ActionLayout(tuple(3 if n > 1 else 1 for n in self.nvec))
-            self._centre = np.asarray([1 if n > 1 else 0 for n in self.nvec], np.int32)
+            self._keep = np.asarray([1 if n > 1 else 0 for n in self.nvec], np.int32)
+        elif config.action_mode == "hold":
+            # Each active knob: choice 0 = no change, choice i >= 1 = set grid index i - 1.
+            self.layout = ActionLayout(tuple(n + 1 if n > 1 else 1 for n in self.nvec))
+            self._keep = np.zeros(len(self.nvec), np.int32)
         else:
             self.layout = ActionLayout(self.nvec)
         initial = None
-        if config.default_logit and (self.relative or hasattr(env_params, "default_action")):
-            default = self._centre if self.relative else self._default_idx
+        if config.default_logit and (self.acts_on_config or hasattr(env_params, "default_action")):
+            default = self._keep if self.acts_on_config else self._default_idx
             initial = self.layout.initial_logits(default, config.default_logit)
         self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths, initial)
         obs, _ = env.reset(jax.random.key(0), env_params)
@@ -187,7 +192,7 @@ class Trainer:
 
     def config_indices(self, obs: Any) -> jax.Array:
         """int32 (..., K): grid indices of the knobs in force (absolute mode: unused zeros (num_envs, K))."""
-        if not self.relative:
+        if not self.acts_on_config:
             return jnp.zeros((self.config.num_envs, len(self.nvec)), jnp.int32)
         c = obs.config
         return indices_from_action(ServingAction(*[c[..., i] for i in range(len(self.nvec))]))
@@ -195,10 +200,13 @@ class Trainer:
     def env_action(self, choice: jax.Array, config_idx: jax.Array) -> jax.Array:
         """The env's int32 (..., K) action of the policy's choice (..., K_a)."""
         full = self.layout.to_env(choice)
-        if not self.relative:
+        if not self.acts_on_config:
             return full
         active = np.asarray(self.nvec) > 1
-        moved = jnp.clip(config_idx + full - self._centre, 0, np.asarray(self.nvec) - 1)
+        if self.config.action_mode == "hold":
+            moved = jnp.where(full == 0, config_idx, full - 1)
+        else:
+            moved = jnp.clip(config_idx + full - self._keep, 0, np.asarray(self.nvec) - 1)
         return jnp.where(active, moved, 0).astype(jnp.int32)
 
     def _norm(self, stats: RunningStats, flat_obs: jax.Array) -> jax.Array:
