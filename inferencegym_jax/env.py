@@ -418,7 +418,7 @@ class InferenceGymEnv:
         throughput = jnp.clip(m.good_tokens * quality / offered, 0.0, 2.0)
         latency = m.ttft_slo_ratio
         violations = m.slo_violation_rate
-        # Spend over budget, in units of the budget for the offered tokens. Summed over an episode
+        # Spend over budget, in units of the budget for the offered tokens. Averaged over an episode
         # it is (cost per 1k / budget - 1) x produced / offered tokens: the grader's episode-level
         # cost term. A per-interval ratio would charge every quiet interval (few tokens, the same
         # GPU-seconds) in full, though busy intervals pay for it in the episode's cost per token.
