@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -10,7 +12,8 @@ import pytest
 
 import inferencegym_jax as ig
 from training.config import PPOConfig
-from training.networks import MASKED_LOGIT, ActionLayout, ActorCritic, policy_distribution, sample_actions
+from training.networks import (MASKED_LOGIT, ActionLayout, ActorCritic, orthogonal, policy_distribution,
+                               sample_actions)
 from training.normalize import RunningStats
 from training.ppo import compute_gae, make_train
 
@@ -76,6 +79,33 @@ def test_running_stats_merge_equals_the_pooled_moments():
     np.testing.assert_allclose(stats.mean, pooled.mean(0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(stats.var, pooled.var(0), rtol=1e-3)
     assert float(stats.count) == pytest.approx(137, abs=1e-3)
+
+
+@pytest.mark.parametrize("shape", [(7, 64), (64, 64), (64, 3), (1, 4)])
+def test_orthogonal_init_is_flaxs_without_lapack(shape):
+    import flax.linen as nn
+
+    key = jax.random.key(3)
+    q = orthogonal(1.5)(key, shape)
+    np.testing.assert_allclose(q, nn.initializers.orthogonal(1.5)(key, shape), atol=2e-5)
+    small = min(shape)
+    gram = q.T @ q if shape[0] >= shape[1] else q @ q.T
+    np.testing.assert_allclose(gram, 1.5**2 * np.eye(small), atol=1e-4)
+    with pytest.raises(ValueError, match="2-D"):
+        orthogonal(1.0)(key, (2, 3, 4))
+
+
+def test_vmapped_training_program_calls_no_lapack():
+    # jaxlib's LAPACK QR deadlocks XLA:CPU when several vmapped QRs run at once
+    # (scripts/lapack_qr_deadlock.py); a sweep vmaps `train`, network initialisation included.
+    config = PPOConfig(task="InferenceGym-Task1-v0", num_envs=4, num_steps=2, num_updates=1, update_epochs=1,
+                       num_minibatches=1, actor_widths=(8, 8), critic_widths=(8, 8))
+    trainer = make_train(config)
+    keys = jnp.stack([trainer.root_key()] * 4)
+    hps = jax.tree_util.tree_map(lambda x: jnp.full((4,), x), trainer.default_hparams())
+    hlo = jax.jit(jax.vmap(trainer.train)).lower(keys, hps).compile().as_text()
+    targets = set(re.findall(r'custom_call_target="([^"]+)"', hlo))
+    assert not {t for t in targets if "lapack" in t}, targets
 
 
 def test_short_run_on_task1_is_finite_reproducible_and_traces_once():

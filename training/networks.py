@@ -13,7 +13,7 @@ knob axis, so `log_prob` and `entropy` sum over knobs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import distrax
 import flax.linen as nn
@@ -69,6 +69,55 @@ class ActionLayout:
         return full.at[..., np.asarray(self.active)].set(action.astype(jnp.int32))
 
 
+def _orthonormal_columns(a: jax.Array) -> jax.Array:
+    """Q of a = QR with diag(R) >= 0, for a float (m, n) with m >= n; float (m, n).
+
+    Householder reflections in plain XLA ops. jaxlib's LAPACK QR (what `jnp.linalg.qr` and flax's
+    `orthogonal` call on CPU) splits a batch of matrices over XLA:CPU's intra-op thread pool from
+    inside a pool thread and blocks until the pieces finish; under `jax.vmap`, a few such QRs
+    scheduled at once occupy every pool thread and the program never finishes (jaxlib 0.10.2,
+    2 cores: `scripts/lapack_qr_deadlock.py` reproduces it). A vmapped `train` (sweeps, seeds)
+    initialises its networks this way, so the initialiser must not call LAPACK.
+    """
+    m, n = a.shape
+    rows = jnp.arange(m)
+
+    def reflect(j: jax.Array, carry: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        r, reflectors = carry
+        x = jnp.where(rows >= j, r[:, j], 0.0)
+        # v = x + sign(x_j) |x| e_j: the reflection H = I - 2 v v^T / |v|^2 maps x onto the j-th
+        # axis, and adding (not subtracting) the norm avoids cancellation.
+        v = x.at[j].add(jnp.where(x[j] >= 0.0, 1.0, -1.0) * jnp.sqrt(jnp.sum(x * x)))
+        v = v / jnp.maximum(jnp.sqrt(jnp.sum(v * v)), jnp.finfo(a.dtype).tiny)  # x = 0: H = I
+        return r - 2.0 * jnp.outer(v, v @ r), reflectors.at[j].set(v)
+
+    r, reflectors = jax.lax.fori_loop(0, n, reflect, (a, jnp.zeros((n, m), a.dtype)))
+
+    def apply_reflector(i: jax.Array, q: jax.Array) -> jax.Array:  # Q = H_0 H_1 ... H_{n-1} I[:, :n]
+        v = reflectors[n - 1 - i]
+        return q - 2.0 * jnp.outer(v, v @ q)
+
+    q = jax.lax.fori_loop(0, n, apply_reflector, jnp.eye(m, n, dtype=a.dtype))
+    return q * jnp.where(jnp.diagonal(r) >= 0.0, 1.0, -1.0)  # the QR whose R has a positive diagonal
+
+
+def orthogonal(scale: float) -> Callable[..., jax.Array]:
+    """Orthogonal kernel initialiser: flax's `nn.initializers.orthogonal(scale)` for 2-D kernels,
+    the same matrix up to float rounding (same normal draw, same sign convention), without LAPACK
+    (see `_orthonormal_columns`). Returns init(key, (fan_in, fan_out), dtype) -> (fan_in, fan_out).
+    """
+
+    def init(key: jax.Array, shape: Sequence[int], dtype: jnp.dtype = jnp.float32) -> jax.Array:
+        if len(shape) != 2:
+            raise ValueError(f"orthogonal: kernel shape must be 2-D (fan_in, fan_out), got {tuple(shape)}")
+        fan_in, fan_out = shape
+        a = jax.random.normal(key, (max(fan_in, fan_out), min(fan_in, fan_out)), dtype)
+        q = _orthonormal_columns(a)
+        return scale * (q.T if fan_in < fan_out else q)
+
+    return init
+
+
 class MLP(nn.Module):
     """tanh MLP with orthogonal init (gain sqrt 2) and zero biases; a linear output layer."""
 
@@ -80,12 +129,12 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         for width in self.widths:
-            x = nn.Dense(width, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)),
+            x = nn.Dense(width, kernel_init=orthogonal(np.sqrt(2.0)),
                          bias_init=nn.initializers.zeros)(x)
             x = nn.tanh(x)
         bias = self.out_bias
         bias_init = nn.initializers.zeros if bias is None else (lambda *_: jnp.asarray(bias, jnp.float32))
-        return nn.Dense(self.out, kernel_init=nn.initializers.orthogonal(self.out_gain), bias_init=bias_init)(x)
+        return nn.Dense(self.out, kernel_init=orthogonal(self.out_gain), bias_init=bias_init)(x)
 
 
 class ActorCritic(nn.Module):
