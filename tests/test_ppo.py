@@ -168,3 +168,21 @@ def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
     runner = trainer.jit_init(trainer.root_key())
     np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
                                   np.where(np.asarray(trainer.nvec) > 1, default, 0))
+
+
+def test_burst_phase_script_reads_a_checkpoint(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from training.checkpoint import save_checkpoint
+
+    config = PPOConfig(task="InferenceGym-Task2-v0", num_envs=4, num_steps=2, num_updates=1, update_epochs=1,
+                       num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
+    trainer = make_train(config)
+    save_checkpoint(tmp_path / "run", trainer, trainer.jit_init(trainer.root_key()))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "burst_phases.py"
+    out = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "4", "--specs", "1",
+                          "--batches", "7", "--checkpoint", str(tmp_path / "run")],
+                         capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert "| 1 | 96 |" in out and "policy, burst: mean reward" in out and "policy, all" in out
