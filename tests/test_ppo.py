@@ -12,8 +12,14 @@ import pytest
 
 import inferencegym_jax as ig
 from training.config import PPOConfig
-from training.networks import (MASKED_LOGIT, ActionLayout, ActorCritic, orthogonal, policy_distribution,
-                               sample_actions)
+from training.networks import (
+    MASKED_LOGIT,
+    ActionLayout,
+    ActorCritic,
+    orthogonal,
+    policy_distribution,
+    sample_actions,
+)
 from training.normalize import RunningStats
 from training.ppo import compute_gae, make_train
 
