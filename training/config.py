@@ -91,8 +91,10 @@ class PPOConfig:
     default_logit: float = _static(0.0, "initial logit bonus per knob of the task's default action (absolute "
                                         "mode) or of 'no change' (relative and hold modes); 0: a uniform start",
                                    lambda v: 0.0 <= v <= 20.0, "in [0, 20]")
-    # Off by default: with 256 envs x 3 seeds vmapped, the program hung in XLA CPU execution
-    # (every thread waiting on a futex, no CPU used) on tasks 2 and 3; small shapes run fine.
+    # Off by default, as the shipped configs and the README's results were trained. It was
+    # switched off when 256 envs x 3 seeds vmapped hung on tasks 2 and 3 (every thread waiting on
+    # a futex): the LAPACK QR deadlock of `networks._orthonormal_columns`, gone since the networks
+    # stopped calling LAPACK (3 seeds, task 2, desync on: finished 2 of 2).
     desync_envs: bool = _static(False, "start env i k_i ~ U{0..horizon-1} intervals into an episode (default "
                                        "action), so rollouts do not all cover the same episode phase")
     anneal_lr: bool = _static(True, "anneal the learning rate linearly to 0 over the run")
