@@ -138,6 +138,17 @@ def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
     assert trainer.env.action_space(trainer.env_params).contains(np.asarray(action))
 
 
+def _assert_initial_mode_keeps_the_default_configuration(trainer):
+    """Relative and hold modes read the knobs in force, and default_logit makes "no change" the mode."""
+    env, params = trainer.env, trainer.env_params
+    obs, _ = env.reset(jax.random.key(0), params)
+    default = np.asarray(ig.actions.indices_from_action(params.default_action))
+    np.testing.assert_array_equal(trainer.config_indices(obs), default)
+    runner = trainer.jit_init(trainer.root_key())
+    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
+                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))
+
+
 def test_relative_actions_move_each_active_knob_at_most_one_step():
     config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="relative", default_logit=2.0, num_envs=4,
                        num_steps=2, num_minibatches=1)
@@ -147,14 +158,7 @@ def test_relative_actions_move_each_active_knob_at_most_one_step():
     down, up = jnp.zeros((2, 3), jnp.int32), jnp.full((2, 3), 2, jnp.int32)
     np.testing.assert_array_equal(trainer.env_action(down, current), [[0, 3, 11, 0, 0], [4, 1, 5, 0, 0]])
     np.testing.assert_array_equal(trainer.env_action(up, current), [[1, 4, 12, 0, 0], [6, 3, 7, 0, 0]])
-    env, params = trainer.env, trainer.env_params
-    obs, _ = env.reset(jax.random.key(0), params)
-    default = np.asarray(ig.actions.indices_from_action(params.default_action))
-    np.testing.assert_array_equal(trainer.config_indices(obs), default)
-    # The initial policy prefers "no change": its mode keeps the default configuration.
-    runner = trainer.jit_init(trainer.root_key())
-    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
-                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))
+    _assert_initial_mode_keeps_the_default_configuration(trainer)
 
 
 def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
@@ -167,13 +171,7 @@ def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
     np.testing.assert_array_equal(trainer.env_action(hold, current), [[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]])
     jump = jnp.asarray([[10, 1, 1], [1, 0, 14 - 1]], jnp.int32)  # set kv_budget 1.0 / 0.1, batch 1 / 512
     np.testing.assert_array_equal(trainer.env_action(jump, current), [[9, 0, 0, 0, 0], [0, 2, 12, 0, 0]])
-    # The initial policy prefers "hold": its mode keeps the default configuration.
-    env, params = trainer.env, trainer.env_params
-    obs, _ = env.reset(jax.random.key(0), params)
-    default = np.asarray(ig.actions.indices_from_action(params.default_action))
-    runner = trainer.jit_init(trainer.root_key())
-    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
-                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))
+    _assert_initial_mode_keeps_the_default_configuration(trainer)
 
 
 def test_burst_phase_script_reads_a_checkpoint(tmp_path):
