@@ -100,6 +100,13 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
         if graded:
             result = evaluate.grade_trajectory(traj, trainer.env_params, config.task)
             rows[name].update(score=float(np.mean(result.scores)), ci95_episodes=ci95(result.scores))
+            if name == "best_static":
+                # Paired on the same held-out episodes: the traffic of episode i does not depend on
+                # the policy, so the per-episode difference removes the traffic's variance.
+                diff = ppo_scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
+                rows["ppo"].update(minus_best_static=float(diff.mean()),
+                                   minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
+                                   minus_best_static_per_seed=diff.mean(axis=1).tolist())
     return {
         "task": config.task, "seeds": seeds, "episodes": episodes,
         "env_steps_per_seed": config.total_env_steps, "updates": config.num_updates,
@@ -112,8 +119,9 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
 def markdown(results: list[dict]) -> str:
     """Grader score where the task has constants, else mean reward per interval (marked 'reward')."""
     names = ["ppo", "best_static", "heuristic", "vllm_default", "random"]
-    lines = ["| task | metric | " + " | ".join(names) + " | PPO budget (env steps x seeds) | training wall s |",
-             "|---|---|" + "---:|" * len(names) + "---:|---:|"]
+    lines = ["| task | metric | " + " | ".join(names) + " | PPO - best_static (paired) | PPO budget (env steps x seeds) "
+             "| training wall s |",
+             "|---|---|" + "---:|" * len(names) + "---:|---:|---:|"]
     for r in results:
         p = r["policies"]
         graded = p["ppo"]["score"] is not None
@@ -123,6 +131,12 @@ def markdown(results: list[dict]) -> str:
         else:
             cells = [f"**{p['ppo']['reward']:.4f} ± {p['ppo']['reward_ci95_seeds']:.4f}**"]
             cells += [f"{p[n]['reward']:.4f} ± {p[n]['reward_ci95']:.4f}" if n in p else "n/a" for n in names[1:]]
+        ppo = p["ppo"]
+        if "minus_best_static" in ppo:
+            diff = ppo["minus_best_static"] if abs(ppo["minus_best_static"]) >= 5e-5 else 0.0  # no "-0.0000"
+            cells.append(f"{diff:+.4f} ± {ppo['minus_best_static_ci95_episodes']:.4f}")
+        else:
+            cells.append("n/a")
         lines.append(f"| {r['task']} | {'score' if graded else 'reward'} | " + " | ".join(cells)
                      + f" | {r['env_steps_per_seed']:,} x {r['seeds']} | {r['train_seconds_all_seeds']:.0f} |")
     return "\n".join(lines)
@@ -149,8 +163,9 @@ def main() -> None:
         results.append(grade_task(task, args.episodes, out))
         print(markdown(results[-1:]), flush=True)
     header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
-              f"{args.episodes} episodes from evaluation_key(0). {platform.machine()}, {os.cpu_count()} cores, "
-              f"jax {jax.__version__}.")
+              f"{args.episodes} episodes from evaluation_key(0). PPO - best_static: the per-episode score "
+              f"difference on the same episodes, averaged over seeds, mean ± 95% CI over episodes. "
+              f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}.")
     table = header + "\n\n" + markdown(results)
     print("\n" + table)
     (out / "results.md").write_text(table + "\n")

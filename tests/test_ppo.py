@@ -174,6 +174,31 @@ def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
     _assert_initial_mode_keeps_the_default_configuration(trainer)
 
 
+@pytest.mark.parametrize(("initial_action", "action_mode"),
+                         [("default", "absolute"), ("best_static", "absolute"), ("best_static", "hold")])
+def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mode):
+    from inferencegym_jax import graders
+
+    task = "InferenceGym-Task2-v0"
+    config = PPOConfig(task=task, default_logit=2.0, initial_action=initial_action, action_mode=action_mode,
+                       num_envs=4, num_steps=2, num_minibatches=1)
+    trainer = make_train(config)
+    env, params = trainer.env, trainer.env_params
+    if initial_action == "default":
+        target = np.asarray(ig.actions.indices_from_action(params.default_action))
+    else:
+        target = np.asarray(graders.load_constants(task)["best_static_action"])
+    target = np.where(np.asarray(trainer.nvec) > 1, target, 0)
+    runner = trainer.jit_init(trainer.root_key())
+    obs, _ = env.reset(jax.random.key(0), params)
+    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
+                                  target)
+    # A bias, not a constraint: every grid entry keeps a positive probability.
+    logits = trainer.network.apply(runner.params, jnp.zeros((trainer.obs_dim,)), method=ActorCritic.logits)
+    probs = np.asarray(jax.nn.softmax(logits, axis=-1))[trainer.layout.valid()]
+    assert probs.min() > 0.01
+
+
 def test_burst_phase_script_reads_a_checkpoint(tmp_path):
     import subprocess
     import sys
@@ -190,3 +215,4 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path):
                           "--batches", "7", "--checkpoint", str(tmp_path / "run")],
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "| 1 | 96 |" in out and "policy, burst: mean reward" in out and "policy, all" in out
+    assert re.search(r"\| batch_size \| 7 \| 0\.\d{4} \| 0\.\d{4} \|", out), out

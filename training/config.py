@@ -88,9 +88,17 @@ class PPOConfig:
                                            "moves each knob by -1, 0 or +1 grid step from the value in force; "
                                            "'hold': it keeps each knob's value in force or sets any grid index",
                                lambda v: v in ("absolute", "relative", "hold"), "'absolute', 'relative' or 'hold'")
-    default_logit: float = _static(0.0, "initial logit bonus per knob of the task's default action (absolute "
-                                        "mode) or of 'no change' (relative and hold modes); 0: a uniform start",
+    default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
+                                        "task's default action (absolute mode), 'no change' (relative and hold "
+                                        "modes) or the best static configuration; 0: a uniform start",
                                    lambda v: 0.0 <= v <= 20.0, "in [0, 20]")
+    initial_action: str = _static("default", "what the initial policy favours with default_logit: 'default', the "
+                                             "task's default action (absolute mode) or 'no change' (relative, hold); "
+                                             "'best_static' (absolute, hold), setting the graders' best static "
+                                             "configuration (searched on training keys, data/grader_constants.json): "
+                                             "PPO then refines the best fixed configuration instead of searching "
+                                             "the grid from scratch",
+                                  lambda v: v in ("default", "best_static"), "'default' or 'best_static'")
     # Off by default, as the shipped configs and the README's results were trained. It was
     # switched off when 256 envs x 3 seeds vmapped hung on tasks 2 and 3 (every thread waiting on
     # a futex): the LAPACK QR deadlock of `networks._orthonormal_columns`, gone since the networks
@@ -243,6 +251,12 @@ def from_dict(raw: Mapping[str, Any]) -> PPOConfig:
     config = PPOConfig(**values)
     if config.num_envs % config.num_devices:
         raise ValueError(f"config key 'num_devices' = {config.num_devices} must divide num_envs = {config.num_envs}")
+    if config.initial_action != "default" and config.action_mode == "relative":
+        raise ValueError(f"config key 'initial_action' = {config.initial_action!r} needs action_mode = 'absolute' or "
+                         "'hold': a relative policy moves one grid step from the knobs in force")
+    if config.initial_action != "default" and config.default_logit == 0.0:
+        raise ValueError(f"config key 'initial_action' = {config.initial_action!r} needs default_logit > 0 (the size "
+                         "of the prior on it); with 0 the initial policy is uniform")
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"config key 'num_minibatches' = {config.num_minibatches} must divide "

@@ -172,13 +172,30 @@ class Trainer:
             self.layout = ActionLayout(self.nvec)
         initial = None
         if config.default_logit and (self.acts_on_config or hasattr(env_params, "default_action")):
-            default = self._keep if self.acts_on_config else self._default_idx
+            if config.initial_action == "best_static":  # absolute: index i; hold: choice i + 1, "set index i"
+                default = self._best_static_idx() + (1 if config.action_mode == "hold" else 0)
+            else:
+                default = self._keep if self.acts_on_config else self._default_idx
             initial = self.layout.initial_logits(default, config.default_logit)
         self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths, initial)
         obs, _ = env.reset(jax.random.key(0), env_params)
         self.obs_dim = int(env.flatten_observation(obs, env_params).shape[-1])
 
     # ------------------------------------------------------------------ helpers
+
+    def _best_static_idx(self) -> np.ndarray:
+        """int32 (K,): grid indices of the graders' best static action (config.initial_action)."""
+        from inferencegym_jax import graders
+
+        try:
+            best = graders.load_constants(self.config.task)["best_static_action"]
+        except ValueError as err:
+            raise ValueError(f"config key 'initial_action' = 'best_static': no best static configuration for task "
+                             f"{self.config.task!r} ({err})") from None
+        if len(best) != len(self.nvec) or any(not 0 <= b < n for b, n in zip(best, self.nvec)):
+            raise ValueError(f"config key 'initial_action' = 'best_static': {self.config.task}'s best static action "
+                             f"{best} does not fit the env's action space nvec={self.nvec}")
+        return np.where(np.asarray(self.nvec) > 1, np.asarray(best), 0).astype(np.int32)
 
     def root_key(self) -> jax.Array:
         """The run's root key: evaluate.training_key(config.seed) (disjoint from evaluation)."""
