@@ -20,3 +20,16 @@ def test_bench_writes_rows_json_and_figure(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| jax | Task1 | 4 |" in table and "x |" in table  # the jax/numpy ratio column
     assert png.stat().st_size > 10_000
+
+
+def test_xla_cpu_options_script_compares_options_and_bits():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "xla_cpu_options.py"
+    out = subprocess.run([sys.executable, str(script), "--task", "InferenceGym-Task1-v0", "--envs", "4", "--steps", "2",
+                          "--rounds", "1", "--option", 'min/max={"xla_cpu_enable_fast_min_max": true}'],
+                         capture_output=True, text=True, check=True).stdout
+    assert "| default | " in out and "| 1.00x |" in out and "0.0e+00" in out
+    assert 'min/max `{"xla_cpu_enable_fast_min_max": true}`' in out
