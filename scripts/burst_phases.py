@@ -33,7 +33,16 @@ def main() -> None:
     parser.add_argument("--specs", type=int, nargs="+", default=[0, 1, 2], help="spec_length grid indices")
     parser.add_argument("--batches", type=int, nargs="+", default=[6, 7, 8, 9], help="batch_size grid indices")
     parser.add_argument("--checkpoint", help="a run directory of `inferencegym train` or scripts/ppo_results.py")
+    parser.add_argument("--switch", nargs="+", default=[], metavar="KNOB=INDEX",
+                        help="switching rules to grade: the best static configuration, with KNOB at grid INDEX "
+                             "in bursts (e.g. batch_size=8)")
     args = parser.parse_args()
+    switches = []
+    for item in args.switch:
+        knob, _, index = item.partition("=")
+        if knob not in KNOBS or not index.isdigit():
+            raise SystemExit(f"--switch {item!r}: expected KNOB=INDEX with KNOB one of {list(KNOBS)}")
+        switches.append((KNOBS.index(knob), int(index)))
 
     env, params = ig.make(f"InferenceGym-Task{args.task}-v0")
     steps = int(params.max_steps_in_episode)
@@ -57,6 +66,8 @@ def main() -> None:
             print(f"| {GRID[1][spec]:g} | {GRID[2][batch]:g} | "
                   f"{reward.mean():.4f} | {reward[burst].mean():.4f} | {reward[~burst].mean():.4f} |")
     print(f"burst intervals: {burst.mean():.1%}")
+    if switches:
+        switching_rules(params, run, args.task, switches)
 
     if args.checkpoint:
         from training.checkpoint import load_checkpoint, read_config
@@ -75,33 +86,73 @@ def main() -> None:
         knob_ablations(env, params, trainer, runner, run, args)
 
 
+def burst_threshold(params) -> float:
+    """Bursts as a policy can see them: arrival-rate EMA [req/s] above the geometric mean of the
+    base and burst rates (one interval into a burst)."""
+    wl = params.workload
+    return float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
+
+
+def grader_scores(params, run, task_id, make_policy, policy_args=None) -> np.ndarray:
+    """float (episodes,): the grader's score of each held-out episode of `make_policy(policy_args)`.
+
+    `run` compiles once per `make_policy` (a static argument); the arguments are traced, so one
+    family of policies (say, "knob k switched to index i") is one program.
+    """
+    from inferencegym_jax import graders
+
+    return np.asarray(graders.grade(run(policy_args, make_policy), params, task_id).score)
+
+
+def switching_rules(params, run, task: int, switches) -> None:
+    """Grader score of the best static configuration with one knob switched in bursts, paired
+    against the best static configuration on the same episodes (mean, 95% CI over episodes)."""
+    from inferencegym_jax import graders
+
+    task_id = f"InferenceGym-Task{task}-v0"
+    best = jnp.asarray(graders.load_constants(task_id)["best_static_action"], jnp.int32)
+    threshold = burst_threshold(params)
+
+    def switched(knob_index):  # knob_index: int32 (2,), traced
+        in_burst = best.at[knob_index[0]].set(knob_index[1])
+        return lambda key, obs, p: jnp.where(obs.arrival_rate_ema > threshold, in_burst, best)
+
+    base = grader_scores(params, run, task_id, lambda _: lambda k, o, p: best)
+    print(f"\nbest static {np.asarray(best).tolist()}: score {base.mean():.4f}; in bursts (arrival-rate EMA > "
+          f"{threshold:.2f} req/s) switch one knob")
+    print("| knob | grid value in bursts | score | minus best static (paired, 95% CI) |\n|---|---:|---:|---:|")
+    for knob, index in switches:
+        diff = grader_scores(params, run, task_id, switched, jnp.asarray([knob, index], jnp.int32)) - base
+        ci = 1.959964 * diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan")
+        print(f"| {KNOBS[knob]} | {GRID[knob][index]:g} | {(base + diff).mean():.4f} | {diff.mean():+.4f} ± {ci:.4f} |")
+
+
 def knob_ablations(env, params, trainer, runner, run, args) -> None:
     """Grader score of the policy with one knob replaced by the best static configuration's value,
-    in every interval or only in bursts as the policy can see them (arrival-rate EMA above the
-    geometric mean of the base and burst rates: one interval into a burst)."""
+    in every interval or only in bursts (`burst_threshold`)."""
     from inferencegym_jax import graders
 
     task_id = f"InferenceGym-Task{args.task}-v0"
     best = jnp.asarray(graders.load_constants(task_id)["best_static_action"], jnp.int32)
-    wl = params.workload
-    threshold = float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
+    threshold = burst_threshold(params)
     act = trainer.policy(runner.params, runner.obs_stats, True)
 
-    def replaced(knob, only_in_bursts):
+    def replaced(knob_bursts):  # (knob, only in bursts): int32 (2,), traced
         def policy(key, obs, p):
             a = act(key, obs, p)
-            swap = obs.arrival_rate_ema > threshold if only_in_bursts else True
-            return jnp.where(swap, a.at[knob].set(best[knob]), a)
+            swap = (knob_bursts[1] == 0) | (obs.arrival_rate_ema > threshold)
+            return jnp.where(swap, a.at[knob_bursts[0]].set(best[knob_bursts[0]]), a)
         return policy
 
-    def score(policy) -> float:
-        return float(np.mean(np.asarray(graders.grade(run(None, lambda _: policy), params, task_id).score)))
+    def score(make_policy, policy_args=None) -> float:
+        return float(np.mean(grader_scores(params, run, task_id, make_policy, policy_args)))
 
-    print(f"\ngrader score; best static {score(lambda k, o, p: best):.4f}, policy {score(act):.4f}")
+    print(f"\ngrader score; best static {score(lambda _: lambda k, o, p: best):.4f}, policy {score(lambda _: act):.4f}")
     print(f"policy with one knob set to the best static value (bursts: arrival-rate EMA > {threshold:.2f} req/s)")
     print("| knob | best static index | every interval | bursts only |\n|---|---:|---:|---:|")
     for knob in np.flatnonzero(np.asarray(env.action_space(params).nvec) > 1):
-        print(f"| {KNOBS[knob]} | {int(best[knob])} | {score(replaced(knob, False)):.4f} | {score(replaced(knob, True)):.4f} |")
+        every, bursts = (score(replaced, jnp.asarray([knob, flag], jnp.int32)) for flag in (0, 1))
+        print(f"| {KNOBS[knob]} | {int(best[knob])} | {every:.4f} | {bursts:.4f} |")
 
 
 if __name__ == "__main__":

@@ -212,7 +212,8 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path):
     save_checkpoint(tmp_path / "run", trainer, trainer.jit_init(trainer.root_key()))
     script = Path(__file__).resolve().parents[1] / "scripts" / "burst_phases.py"
     out = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "4", "--specs", "1",
-                          "--batches", "7", "--checkpoint", str(tmp_path / "run")],
+                          "--batches", "7", "--checkpoint", str(tmp_path / "run"), "--switch", "batch_size=8"],
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     assert "| 1 | 96 |" in out and "policy, burst: mean reward" in out and "policy, all" in out
     assert re.search(r"\| batch_size \| 7 \| 0\.\d{4} \| 0\.\d{4} \|", out), out
+    assert re.search(r"\| batch_size \| 128 \| 0\.\d{4} \| [+-]\d\.\d{4} ± \d\.\d{4} \|", out), out
