@@ -65,16 +65,15 @@ def _median_time(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_jax(env_id: str, num_envs: int, steps: int, repeats: int, devices: int = 1) -> dict[str, Any]:
-    """Env-only steps/s of the jitted, vmapped env (split over `devices` when > 1)."""
+def env_only_loop(env, params, steps: int, devices: int = 1):
+    """`run(key, actions) -> (final states, float32 (num_envs,) summed rewards)`: reset, then
+    `steps` steps of `vmap(env.step)` with a fresh key per env per step, actions int32
+    (ACTION_TABLE, num_envs, 5) cycled. With `devices` > 1 it is the per-device block of
+    `sharding.split_leading` (the key folded with the device index)."""
     import jax
     import jax.numpy as jnp
 
-    import inferencegym_jax as ig
     from inferencegym_jax import sharding
-
-    env, params = ig.make(env_id)
-    actions = jnp.asarray(_actions(env, params, num_envs))
 
     def run(key, actions):
         n = actions.shape[1]  # envs in this block (all of them on one device)
@@ -92,6 +91,20 @@ def bench_jax(env_id: str, num_envs: int, steps: int, repeats: int, devices: int
         state, rewards = jax.lax.scan(body, state, (jnp.arange(steps), jax.random.split(k_steps, steps)))
         return state, jnp.sum(rewards, axis=0)
 
+    return run
+
+
+def bench_jax(env_id: str, num_envs: int, steps: int, repeats: int, devices: int = 1) -> dict[str, Any]:
+    """Env-only steps/s of the jitted, vmapped env (split over `devices` when > 1)."""
+    import jax
+    import jax.numpy as jnp
+
+    import inferencegym_jax as ig
+    from inferencegym_jax import sharding
+
+    env, params = ig.make(env_id)
+    actions = jnp.asarray(_actions(env, params, num_envs))
+    run = env_only_loop(env, params, steps, devices)
     key = jax.random.key(0)
     if devices > 1:
         mesh = sharding.batch_mesh(devices)

@@ -52,19 +52,10 @@ def main() -> None:
     env, params = ig.make(args.task)
     actions = jnp.asarray(bench._actions(env, params, args.envs))
 
+    loop = bench.env_only_loop(env, params, args.steps)
+
     def run(key, actions):
-        n = actions.shape[1]
-        k_reset, k_steps = jax.random.split(key)
-        _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, n), params)
-
-        def body(state, x):
-            t, k = x
-            a = jax.lax.dynamic_index_in_dim(actions, t % bench.ACTION_TABLE, keepdims=False)
-            _, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(jax.random.split(k, n), state, a, params)
-            return state, reward
-
-        _, rewards = jax.lax.scan(body, state, (jnp.arange(args.steps), jax.random.split(k_steps, args.steps)))
-        return jnp.sum(rewards, axis=0)
+        return loop(key, actions)[1]  # the summed rewards
 
     key = jax.random.key(0)
     lowered = jax.jit(run).lower(key, actions)
