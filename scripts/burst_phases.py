@@ -50,15 +50,12 @@ def main() -> None:
     run = jax.jit(lambda policy_args, policy: jax.vmap(
         lambda k: evaluate.run_episode(env, params, policy(policy_args), k, steps))(keys), static_argnums=1)
 
-    def static(action):
-        return lambda k, o, p: action
-
     offered = None
     print(f"Task {args.task}, {args.episodes} held-out episodes; mean reward per interval")
     print("| spec_length | batch_size | all | burst | between bursts |\n|---:|---:|---:|---:|---:|")
     for spec in args.specs:
         for batch in args.batches:
-            traj = run(jnp.asarray([args.kv, spec, batch, 0, 0], jnp.int32), static)
+            traj = run(jnp.asarray([args.kv, spec, batch, 0, 0], jnp.int32), static_policy)
             reward = np.asarray(traj.reward)
             if offered is None:  # the traffic does not depend on the policy
                 offered = np.asarray(traj.offered_tokens)
@@ -66,8 +63,11 @@ def main() -> None:
             print(f"| {GRID[1][spec]:g} | {GRID[2][batch]:g} | "
                   f"{reward.mean():.4f} | {reward[burst].mean():.4f} | {reward[~burst].mean():.4f} |")
     print(f"burst intervals: {burst.mean():.1%}")
+    if not (switches or args.checkpoint):
+        return
+    reference = BestStatic(params, run, args.task)  # the baseline of both comparisons below
     if switches:
-        switching_rules(params, run, args.task, switches)
+        switching_rules(reference, switches)
 
     if args.checkpoint:
         from training.checkpoint import load_checkpoint, read_config
@@ -83,76 +83,84 @@ def main() -> None:
             top = ", ".join(f"spec {s:g} / batch {b:g} {n / mask.sum():.0%}" for (s, b), n in counts.most_common(4))
             print(f"policy, {name}: mean reward {reward[mask].mean():.4f}; {top}")
         print(f"policy, all: mean reward {reward.mean():.4f}")
-        knob_ablations(env, params, trainer, runner, run, args)
+        knob_ablations(reference, env, trainer.policy(runner.params, runner.obs_stats, True))
 
 
-def burst_threshold(params) -> float:
-    """Bursts as a policy can see them: arrival-rate EMA [req/s] above the geometric mean of the
-    base and burst rates (one interval into a burst)."""
-    wl = params.workload
-    return float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
+def static_policy(action: jax.Array):
+    """The policy that plays `action` (int32 (5,) grid indices) in every interval."""
+    return lambda key, obs, p: action
 
 
-def grader_scores(params, run, task_id, make_policy, policy_args=None) -> np.ndarray:
-    """float (episodes,): the grader's score of each held-out episode of `make_policy(policy_args)`.
+class BestStatic:
+    """The task's best static configuration and what the comparisons against it share.
 
-    `run` compiles once per `make_policy` (a static argument); the arguments are traced, so one
-    family of policies (say, "knob k switched to index i") is one program.
+    Attributes:
+      task_id: the env id.
+      action: int32 (5,), the graders' best static action (data/grader_constants.json).
+      threshold: float [req/s], bursts as a policy can see them: arrival-rate EMA above the
+        geometric mean of the base and burst rates (one interval into a burst).
+      scores: float (episodes,), its grader score per held-out episode.
     """
-    from inferencegym_jax import graders
 
-    return np.asarray(graders.grade(run(policy_args, make_policy), params, task_id).score)
+    def __init__(self, params, run, task: int):
+        from inferencegym_jax import graders
+
+        self.params, self.run = params, run
+        self.task_id = f"InferenceGym-Task{task}-v0"
+        self.action = jnp.asarray(graders.load_constants(self.task_id)["best_static_action"], jnp.int32)
+        wl = params.workload
+        self.threshold = float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
+        self.scores = self.grader_scores(static_policy, self.action)
+
+    def grader_scores(self, make_policy, policy_args=None) -> np.ndarray:
+        """float (episodes,): the grader's score of each held-out episode of `make_policy(policy_args)`.
+
+        `run` compiles once per `make_policy` (a static argument); the arguments are traced, so one
+        family of policies (say, "knob k switched to index i") is one program.
+        """
+        from inferencegym_jax import graders
+
+        return np.asarray(graders.grade(self.run(policy_args, make_policy), self.params, self.task_id).score)
 
 
-def switching_rules(params, run, task: int, switches) -> None:
+def switching_rules(best: BestStatic, switches) -> None:
     """Grader score of the best static configuration with one knob switched in bursts, paired
     against the best static configuration on the same episodes (mean, 95% CI over episodes)."""
-    from inferencegym_jax import graders
-
-    task_id = f"InferenceGym-Task{task}-v0"
-    best = jnp.asarray(graders.load_constants(task_id)["best_static_action"], jnp.int32)
-    threshold = burst_threshold(params)
 
     def switched(knob_index):  # knob_index: int32 (2,), traced
-        in_burst = best.at[knob_index[0]].set(knob_index[1])
-        return lambda key, obs, p: jnp.where(obs.arrival_rate_ema > threshold, in_burst, best)
+        in_burst = best.action.at[knob_index[0]].set(knob_index[1])
+        return lambda key, obs, p: jnp.where(obs.arrival_rate_ema > best.threshold, in_burst, best.action)
 
-    base = grader_scores(params, run, task_id, lambda _: lambda k, o, p: best)
-    print(f"\nbest static {np.asarray(best).tolist()}: score {base.mean():.4f}; in bursts (arrival-rate EMA > "
-          f"{threshold:.2f} req/s) switch one knob")
+    print(f"\nbest static {np.asarray(best.action).tolist()}: score {best.scores.mean():.4f}; in bursts "
+          f"(arrival-rate EMA > {best.threshold:.2f} req/s) switch one knob")
     print("| knob | grid value in bursts | score | minus best static (paired, 95% CI) |\n|---|---:|---:|---:|")
     for knob, index in switches:
-        diff = grader_scores(params, run, task_id, switched, jnp.asarray([knob, index], jnp.int32)) - base
-        ci = 1.959964 * diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan")
-        print(f"| {KNOBS[knob]} | {GRID[knob][index]:g} | {(base + diff).mean():.4f} | {diff.mean():+.4f} ± {ci:.4f} |")
+        diff = best.grader_scores(switched, jnp.asarray([knob, index], jnp.int32)) - best.scores
+        ci = evaluate.confidence_interval_95(diff)
+        print(f"| {KNOBS[knob]} | {GRID[knob][index]:g} | {(best.scores + diff).mean():.4f} | "
+              f"{diff.mean():+.4f} ± {ci:.4f} |")
 
 
-def knob_ablations(env, params, trainer, runner, run, args) -> None:
-    """Grader score of the policy with one knob replaced by the best static configuration's value,
-    in every interval or only in bursts (`burst_threshold`)."""
-    from inferencegym_jax import graders
-
-    task_id = f"InferenceGym-Task{args.task}-v0"
-    best = jnp.asarray(graders.load_constants(task_id)["best_static_action"], jnp.int32)
-    threshold = burst_threshold(params)
-    act = trainer.policy(runner.params, runner.obs_stats, True)
+def knob_ablations(best: BestStatic, env, act) -> None:
+    """Grader score of the policy `act` with one knob replaced by the best static configuration's
+    value, in every interval or only in bursts (`BestStatic.threshold`)."""
 
     def replaced(knob_bursts):  # (knob, only in bursts): int32 (2,), traced
         def policy(key, obs, p):
             a = act(key, obs, p)
-            swap = (knob_bursts[1] == 0) | (obs.arrival_rate_ema > threshold)
-            return jnp.where(swap, a.at[knob_bursts[0]].set(best[knob_bursts[0]]), a)
+            swap = (knob_bursts[1] == 0) | (obs.arrival_rate_ema > best.threshold)
+            return jnp.where(swap, a.at[knob_bursts[0]].set(best.action[knob_bursts[0]]), a)
         return policy
 
     def score(make_policy, policy_args=None) -> float:
-        return float(np.mean(grader_scores(params, run, task_id, make_policy, policy_args)))
+        return float(np.mean(best.grader_scores(make_policy, policy_args)))
 
-    print(f"\ngrader score; best static {score(lambda _: lambda k, o, p: best):.4f}, policy {score(lambda _: act):.4f}")
-    print(f"policy with one knob set to the best static value (bursts: arrival-rate EMA > {threshold:.2f} req/s)")
+    print(f"\ngrader score; best static {best.scores.mean():.4f}, policy {score(lambda _: act):.4f}")
+    print(f"policy with one knob set to the best static value (bursts: arrival-rate EMA > {best.threshold:.2f} req/s)")
     print("| knob | best static index | every interval | bursts only |\n|---|---:|---:|---:|")
-    for knob in np.flatnonzero(np.asarray(env.action_space(params).nvec) > 1):
+    for knob in np.flatnonzero(np.asarray(env.action_space(best.params).nvec) > 1):
         every, bursts = (score(replaced, jnp.asarray([knob, flag], jnp.int32)) for flag in (0, 1))
-        print(f"| {KNOBS[knob]} | {int(best[knob])} | {every:.4f} | {bursts:.4f} |")
+        print(f"| {KNOBS[knob]} | {int(best.action[knob])} | {every:.4f} | {bursts:.4f} |")
 
 
 if __name__ == "__main__":

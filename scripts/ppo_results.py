@@ -28,16 +28,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from inferencegym_jax import baselines, evaluate
+from inferencegym_jax.evaluate import confidence_interval_95 as ci95
 from training.cli import _overrides
 from training.checkpoint import load_checkpoint, read_config, save_checkpoint
 from training.config import load_config
 from training.ppo import make_train
 from training.sweep import graded_episodes, has_grader
-
-
-def ci95(values) -> float:
-    values = np.asarray(values, np.float64)
-    return float(1.959964 * values.std(ddof=1) / np.sqrt(values.size)) if values.size > 1 else float("nan")
 
 
 def train_task(task: int, seeds: int, overrides: dict, out: Path) -> None:
