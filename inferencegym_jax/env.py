@@ -348,7 +348,7 @@ class InferenceGymEnv:
         config = state.server.config.as_vector()
         config = jnp.where(config < 0, params.default_action.as_vector(), config)
         return Observation(
-            queue_depth=jnp.sum(state.server.queue_count),
+            queue_depth=m.queue_depth,  # the sum of state.server.queue_count, kept by serve_interval
             mean_prompt_len=m.queue_mean_prompt,
             arrival_rate_ema=state.arrival_rate_ema,
             kv_occupancy=m.kv_occupancy,

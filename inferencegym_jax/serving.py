@@ -255,6 +255,21 @@ def _binned_quantiles(low: Array, high: Array, weights: Array, qs: tuple[float, 
     return tuple(out)
 
 
+def _admitted_fraction(count: Array, prompt: Array, room_seqs: Array, room_tokens: Array) -> Array:
+    """Fraction of each queue bin admitted, in [0, 1]: min(room_seqs / count, room_tokens /
+    prompt), each clipped to [0, 1]; 0 for an empty bin, no token limit for a bin without tokens.
+
+    Both ratios over one common denominator, so that the result ends in a division: XLA:CPU
+    then computes it once and stores it, where it would re-derive a cheap expression (and read
+    its five (3, A) inputs again) inside each of the fraction's many consumers.
+    """
+    n = jnp.maximum(count, _EPS)
+    p = jnp.maximum(prompt, _EPS)
+    seqs_ok = jnp.clip(room_seqs, 0.0, n)
+    tokens_ok = jnp.where(prompt > _EPS, jnp.clip(room_tokens, 0.0, p), p)
+    return jnp.where(count > _EPS, jnp.minimum(seqs_ok * p, tokens_ok * n), 0.0) / (n * p)
+
+
 def _evict(seqs: Array, context: Array, remaining: Array, excess: Array):
     """Fraction of the running set to preempt so that `excess` KV tokens are freed."""
     frac = jnp.clip(_safe_div(excess, context), 0.0, 1.0)
@@ -304,9 +319,9 @@ def serve_interval(
     evicted = evicted + ev_s
 
     # --- queue with this interval's arrivals at age 0 --------------------------------------
-    # (an elementwise add, not .at[:, 0].add: XLA can fuse it into the consumers)
-    newest = jnp.arange(state.queue_count.shape[1]) == 0
-    enqueue = lambda queue, new: queue + jnp.where(newest, new[:, None], 0.0)  # noqa: E731
+    # Arrivals zero-padded to the queue's shape: XLA fuses the arrival sampler into the pad and
+    # runs it for age 0 only (a `where` over ages would run it for every age).
+    enqueue = lambda queue, new: queue + jnp.pad(new[:, None], ((0, 0), (0, queue.shape[1] - 1)))  # noqa: E731
     q_count = enqueue(state.queue_count, arrivals.count)
     q_prompt = enqueue(state.queue_prompt, arrivals.prompt_tokens)
     q_output = enqueue(state.queue_output, arrivals.output_tokens)
@@ -316,7 +331,8 @@ def serve_interval(
     # --- admission limits -------------------------------------------------------------------
     tps = perf_model.tokens_per_step(profile, spec)
     mean_ctx = _safe_div(run_context, run_seqs)
-    decode_batch = jnp.clip(jnp.minimum(run_seqs + jnp.sum(q_count) + swap_seqs, batch), 1.0, None)
+    class_n, class_p = jnp.sum(q_count, axis=1), jnp.sum(q_prompt, axis=1)  # (3,) each
+    decode_batch = jnp.clip(jnp.minimum(run_seqs + _class_sum(class_n) + swap_seqs, batch), 1.0, None)
     step_est = perf_model.decode_step_time(profile, decode_batch, mean_ctx, spec)
     mean_remaining = jnp.maximum(_safe_div(run_remaining, run_seqs), 1.0)
     finish_est = run_seqs * -jnp.expm1(-(t_avail / step_est) * tps / mean_remaining)
@@ -335,17 +351,12 @@ def serve_interval(
 
     # Admission order: preempted first, then class 0, 1, 2, oldest first within a class. The
     # requests ahead of each queue bin: the preempted, the earlier classes, the older ages.
-    def _admit(count, amount, before, limit):
-        return jnp.where(count > _EPS, (limit - before) / jnp.maximum(amount, _EPS), 1.0)
-
-    x_swap = jnp.minimum(_admit(swap_seqs, swap_seqs, 0.0, slots), _admit(swap_context, swap_context, 0.0, token_cap))
-    x_swap = jnp.where(swap_seqs > _EPS, jnp.clip(x_swap, 0.0, 1.0), 0.0)
-    older_n, older_p = _older_sum(jnp.stack([q_count, q_prompt]))  # (3, A) each
-    class_n, class_p = jnp.sum(q_count, axis=1), jnp.sum(q_prompt, axis=1)
+    x_swap = _admitted_fraction(swap_seqs, swap_context, slots, token_cap)
+    # (two products, not one of the stacked pair: the stack would be one more pass over the queue)
+    older_n, older_p = _older_sum(q_count), _older_sum(q_prompt)  # (3, A) each
     before_n = swap_seqs + _earlier_classes(class_n)[:, None] + older_n
     before_p = swap_context + _earlier_classes(class_p)[:, None] + older_p
-    x_queue = jnp.minimum(_admit(q_count, q_count, before_n, slots), _admit(q_prompt, q_prompt, before_p, token_cap))
-    x_queue = jnp.where(q_count > _EPS, jnp.clip(x_queue, 0.0, 1.0), 0.0)
+    x_queue = _admitted_fraction(q_count, q_prompt, slots - before_n, token_cap - before_p)
 
     adm_n = x_queue * q_count
     adm_p = x_queue * q_prompt
@@ -446,8 +457,9 @@ def serve_interval(
     ratio = jnp.minimum(adm_n * ttft + rest_n * wait_now, 4.0 * slo * (adm_n + rest_n)) / (4.0 * slo)
     ttft_slo_ratio = _safe_div(jnp.sum(ratio), jnp.sum(adm_n + rest_n))
 
-    queue_depth = jnp.sum(new_queue[0])
-    share_n = jnp.sum(new_queue[0], axis=1) + arrivals.count
+    waiting_n = jnp.sum(new_queue[0], axis=1)  # (3,)
+    queue_depth = _class_sum(waiting_n)
+    share_n = waiting_n + arrivals.count
     class_share = jnp.where(
         jnp.sum(share_n) > _EPS, share_n / jnp.maximum(jnp.sum(share_n), _EPS), 1.0 / NUM_CLASSES
     )
