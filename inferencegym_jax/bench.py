@@ -419,6 +419,7 @@ def machine() -> dict[str, Any]:
         "devices": jax.device_count(),
         "load_avg": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "command": " ".join(sys.argv),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
 
 
@@ -454,7 +455,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                          f"XLA_FLAGS=--xla_force_host_platform_device_count={args.devices}")
     meta = machine()
     print(f"jax {meta['jax']} on {meta['platform']} ({meta['cpu']}, {meta['cores']} cores), "
-          f"{meta['devices']} device(s), load average {meta['load_avg']}", flush=True)
+          f"{meta['devices']} device(s), load average {meta['load_avg']}, XLA_FLAGS={meta['xla_flags']!r}",
+          flush=True)
     rows: list[dict[str, Any]] = []
     print_table([])  # the header; rows print as they come
     for env_id in args.tasks:
@@ -530,9 +532,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from inferencegym_jax.cli import use_xla_cpu_flags
+
     parser = argparse.ArgumentParser(prog="benchmark", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
-    run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    use_xla_cpu_flags()  # as `inferencegym bench` does
+    run(args)
 
 
 if __name__ == "__main__":

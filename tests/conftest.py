@@ -24,3 +24,10 @@ TASK_IDS = ig.registered_envs()
 def task(request):
     """(env, params) of every registered task."""
     return ig.make(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _keep_xla_flags(monkeypatch):
+    """The CLI adds XLA flags to the environment (`cli.use_xla_cpu_flags`); undo it after each
+    test, so that later tests' subprocesses start as they would on their own."""
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from inferencegym_jax import bench
 
@@ -33,3 +34,20 @@ def test_xla_cpu_options_script_compares_options_and_bits():
                          capture_output=True, text=True, check=True).stdout
     assert "| default | " in out and "| 1.00x |" in out and "0.0e+00" in out
     assert 'min/max `{"xla_cpu_enable_fast_min_max": true}`' in out
+
+
+def test_cli_xla_flags_only_where_measured_and_never_over_the_users(monkeypatch):
+    import jaxlib
+
+    from inferencegym_jax import cli
+
+    monkeypatch.setattr(jaxlib, "__version__", "0.10.2")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    assert cli.use_xla_cpu_flags()
+    assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=2 " + cli.XLA_CPU_FLAGS
+    assert not cli.use_xla_cpu_flags()  # already there: not added twice
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=dot")  # the user's choice stands
+    assert not cli.use_xla_cpu_flags() and os.environ["XLA_FLAGS"].endswith("=dot")
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(jaxlib, "__version__", "0.11.0")  # not measured there; XLA aborts on unknown flags
+    assert not cli.use_xla_cpu_flags() and "XLA_FLAGS" not in os.environ
