@@ -187,7 +187,7 @@ def _smooth_max(a: Array, b: Array, p: Array) -> Array:
     """(a^p + b^p)^(1/p) for a, b >= 0, as max * (1 + r^p)^(1/p) with r = min / max in [0, 1].
 
     Written with exp and log: XLA:CPU vectorises those, while `**` with a traced exponent
-    becomes a scalar libm powf call per element (a tenth of an env step's time).
+    becomes a scalar libm powf call per element (about a tenth of an env step's time).
     """
     top = jnp.maximum(a, b)
     r = jnp.minimum(a, b) / jnp.maximum(top, 1e-30)
