@@ -10,9 +10,9 @@ import time
 import numpy as np
 
 # XLA:CPU (jaxlib 0.10) hands reductions to YNNPACK, which is slower than XLA's own fused loops on
-# the env's small (envs, 3, 16) reductions: with this flag the env steps 1.08x faster at 8,192
-# envs and 1.22x at 1,024 (BENCHMARKS.md). Only for the jaxlib minor version where it was
-# measured: XLA aborts on an unknown flag.
+# the env's small (envs, 3, 16) reductions: with this flag the env steps 1.13x faster at 8,192
+# envs (scripts/xla_cpu_options.py, BENCHMARKS.md). Only for the jaxlib minor version where it
+# was measured: XLA aborts on an unknown flag.
 XLA_CPU_FLAGS = "--xla_cpu_experimental_ynn_fusion_type="
 _XLA_CPU_FLAGS_FOR = "0.10."
 
