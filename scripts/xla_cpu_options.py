@@ -58,7 +58,7 @@ def main() -> None:
     # rewards fuses differently (XLA re-derives some values instead of storing them).
     key = jax.random.key(0)
     lowered = jax.jit(bench.env_only_loop(env, params, args.steps)).lower(key, actions)
-    programs, compile_s = {}, {}
+    programs, compile_s, rewards = {}, {}, {}
     for name, options in variants.items():
         t0 = time.perf_counter()
         try:
@@ -66,8 +66,7 @@ def main() -> None:
         except jax.errors.JaxRuntimeError as err:
             raise SystemExit(f"options {name!r} = {options}: XLA refused them ({err})") from None
         compile_s[name] = time.perf_counter() - t0
-        jax.block_until_ready(programs[name](key, actions))  # warm-up
-    reference = programs["default"](key, actions)[1]  # the summed rewards
+        rewards[name] = jax.block_until_ready(programs[name](key, actions)[1])  # warm-up; the summed rewards
     times: dict[str, list[tuple[float, float]]] = {name: [] for name in programs}
     for _ in range(args.rounds):
         for name, program in programs.items():
@@ -85,7 +84,7 @@ def main() -> None:
         cpu = statistics.median(t[1] for t in samples)
         rate = args.envs * args.steps / wall
         base = base or rate
-        change = float(jnp.max(jnp.abs(programs[name](key, actions)[1] - reference)))
+        change = float(jnp.max(jnp.abs(rewards[name] - rewards["default"])))
         label = f"{name} `{json.dumps(variants[name])}`" if variants[name] else name
         print(f"| {label} | {rate:,.0f} | {rate / base:.2f}x | {cpu / wall:.2f} | {change:.1e} "
               f"| {compile_s[name]:.1f} |")

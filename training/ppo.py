@@ -195,7 +195,7 @@ class Trainer:
         if len(best) != len(self.nvec) or any(not 0 <= b < n for b, n in zip(best, self.nvec)):
             raise ValueError(f"config key 'initial_action' = 'best_static': {self.config.task}'s best static action "
                              f"{best} does not fit the env's action space nvec={self.nvec}")
-        return np.where(np.asarray(self.nvec) > 1, np.asarray(best), 0).astype(np.int32)
+        return np.asarray(best, np.int32)  # a masked knob (nvec 1) passed the check only at index 0
 
     def root_key(self) -> jax.Array:
         """The run's root key: evaluate.training_key(config.seed) (disjoint from evaluation)."""
