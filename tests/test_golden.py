@@ -1,0 +1,39 @@
+"""Golden trajectories (tests/golden.py): env steps, evaluation episodes and PPO updates under
+fixed keys match tests/data/golden.npz to float32 rounding.
+
+A behaviour-preserving change keeps this green. A deliberate change of numbers re-records the
+file (`python tests/golden.py`) in a commit of its own that says why.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import golden
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return golden.load()
+
+
+@pytest.mark.parametrize("section", sorted(golden.sections()))
+def test_section_matches_the_golden_file(section, stored):
+    want = golden.stored_section(stored, section)
+    assert want, f"no stored arrays for section {section}"
+    problems = golden.compare(golden.sections()[section](), want)
+    assert not problems, "\n".join(problems[:20]) + "\n(re-record with `python tests/golden.py` only for a deliberate change)"
+
+
+def test_compare_catches_a_change():
+    """The comparison is not vacuous: a relative change of 1e-4 in one entry, a flipped bool and
+    a missing field are all reported."""
+    base = {"a": np.linspace(1.0, 2.0, 10, dtype=np.float32), "b": np.zeros(4, bool), "c": np.ones(2, np.float32)}
+    changed = {k: v.copy() for k, v in base.items() if k != "c"}
+    changed["a"][3] *= 1.0001
+    changed["b"][1] = True
+    problems = golden.compare(changed, base)
+    assert any(p.startswith("a:") for p in problems) and any(p.startswith("b:") for p in problems)
+    assert any("no longer recorded" in p for p in problems)
+    assert golden.compare({k: v.copy() for k, v in base.items()}, base) == []
