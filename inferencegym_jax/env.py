@@ -343,10 +343,15 @@ class InferenceGymEnv:
 
     # ------------------------------------------------------------------ observation and reward
 
+    def knobs_in_force(self, state: EnvState, params: EnvParams) -> ServingAction:
+        """The configuration the server runs with (the task default before the first interval)."""
+        c = state.server.config
+        started = c.quant_tier >= 0  # a server not yet started has quant_tier -1
+        return c.replace(quant_tier=jnp.where(started, c.quant_tier, params.default_action.quant_tier))
+
     def get_obs(self, state: EnvState, params: EnvParams) -> Observation:
         m = state.last
-        config = state.server.config.as_vector()
-        config = jnp.where(config < 0, params.default_action.as_vector(), config)
+        config = self.knobs_in_force(state, params).as_vector()
         return Observation(
             queue_depth=m.queue_depth,  # the sum of state.server.queue_count, kept by serve_interval
             mean_prompt_len=m.queue_mean_prompt,
