@@ -144,7 +144,7 @@ def bench_numpy(env_id: str, num_envs: int, steps: int, repeats: int) -> dict[st
     import tracemalloc
 
     import inferencegym_jax as ig
-    from inferencegym_jax import reference
+    from inferencegym_jax.testing import reference
 
     env, params = ig.make(env_id)
     actions = _actions(env, params, num_envs)

@@ -15,7 +15,8 @@ import pytest
 from scipy import stats
 
 import inferencegym_jax as ig
-from inferencegym_jax import reference, workload
+from inferencegym_jax import workload
+from inferencegym_jax.testing import reference
 
 NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
 
