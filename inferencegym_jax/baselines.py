@@ -125,7 +125,7 @@ def heuristic_policy(env: InferenceGymEnv) -> Policy:
         spec = jnp.where(active[1], spec, default.spec_length)
 
         mean_prompt, _ = workload.mean_lengths(wl)
-        prefill_rate = 2048.0 / perf_model.prefill_time(profile, 2048.0)
+        prefill_rate = perf_model.prefill_throughput(profile)
         planned = workload.mean_rate(wl) * mean_prompt / prefill_rate > DISAGG_PREFILL_SHARE
         disagg = jnp.where(active[3], planned.astype(jnp.float32), default.prefill_disagg)
         return ServingAction(kv_budget=kv, spec_length=spec, batch_size=batch, prefill_disagg=disagg, quant_tier=tier)

@@ -84,7 +84,7 @@ def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: ja
             metrics=info["metrics"],
             action=info["applied_action"],
             clipped=info["clipped"],
-            offered_tokens=info["offered_tokens"],
+            offered_tokens=jnp.sum(info["arrivals"].output_tokens),
             valid=jnp.ones((), bool),
         )
         return (obs, state), out

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits the new file gets: the old file's, or what a plain open() would give."""
+    if path.exists():
+        return stat.S_IMODE(path.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -21,6 +31,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, _mode_for(path))  # mkstemp creates the file owner-only
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()

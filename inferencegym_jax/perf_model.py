@@ -29,6 +29,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from inferencegym_jax import xla_ops
 from inferencegym_jax.package_files import shipped
 from inferencegym_jax.profiles import DRAFTS, GPUS, MODELS, PRECISIONS, SPEC_LENGTHS
 
@@ -184,14 +185,11 @@ def get_profile(
 
 
 def _smooth_max(a: Array, b: Array, p: Array) -> Array:
-    """(a^p + b^p)^(1/p) for a, b >= 0, as max * (1 + r^p)^(1/p) with r = min / max in [0, 1].
-
-    Written with exp and log: XLA:CPU vectorises those, while `**` with a traced exponent
-    becomes a scalar libm powf call per element (about a tenth of an env step's time).
-    """
+    """(a^p + b^p)^(1/p) for a, b >= 0, as max * (1 + r^p)^(1/p) with r = min / max in [0, 1]
+    (the powers by `xla_ops.power`)."""
     top = jnp.maximum(a, b)
     r = jnp.minimum(a, b) / jnp.maximum(top, 1e-30)
-    return top * jnp.exp(jnp.log1p(jnp.exp(p * jnp.log(r))) / p)
+    return top * jnp.exp(jnp.log1p(xla_ops.power(r, p)) / p)
 
 
 def forward_time(
@@ -279,6 +277,16 @@ def prefill_time(
     attn = 0.5 * profile.attn_flops_per_token_context * sq  # causal: half of 4*L*d*n^2
     t = forward_time(profile, n, n, attn, num_sequences) + profile.step_overhead_s
     return jnp.where(n > 0, t, 0.0).astype(jnp.float32)
+
+
+# Prefill chunk at which the engine's prefill throughput is estimated for admission [tokens]:
+# vLLM V1's default max_num_batched_tokens for the online server.
+PREFILL_REF_TOKENS = 2048.0
+
+
+def prefill_throughput(profile: Profile) -> Array:
+    """Prompt tokens per second [tokens/s] of a PREFILL_REF_TOKENS-token prefill pass."""
+    return PREFILL_REF_TOKENS / prefill_time(profile, PREFILL_REF_TOKENS)
 
 
 def kv_capacity_tokens(profile: Profile, kv_budget: Array) -> Array:

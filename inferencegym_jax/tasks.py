@@ -20,7 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from inferencegym_jax import perf_model, workload
+from inferencegym_jax import perf_model, validation, workload
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, RewardParams
 from inferencegym_jax.package_files import shipped
@@ -164,7 +164,7 @@ def build_params(config: Mapping[str, Any]) -> EnvParams:
         trace=trace,
         schedule=w.get("schedule", "constant"),
     )
-    workload.validate_workload(wl)
+    validation.check_workload(wl)
     _, mean_output = workload.mean_lengths(wl)
     r = config["reward"]
     reward = RewardParams(

@@ -32,7 +32,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
-from jax.scipy.special import ndtr, ndtri
+from jax.scipy.special import ndtr
+
+from inferencegym_jax import sampling
 
 Array = Any
 NUM_CLASSES = 3
@@ -180,29 +182,6 @@ class Arrivals:
     rate: Array
 
 
-def validate_workload(params: WorkloadParams) -> None:
-    """Host-side checks; ValueError names the field and the allowed range."""
-    import numpy as np
-
-    checks = [
-        ("base_rate", params.base_rate, lambda x: np.all(x >= 0), ">= 0 [req/s]"),
-        ("burst_multiplier", params.burst_multiplier, lambda x: np.all(x >= 1), ">= 1"),
-        ("burst_period_s", params.burst_period_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("burst_duration_s", params.burst_duration_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("burst_gap_s", params.burst_gap_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("class_mix", params.class_mix, lambda x: np.all(x >= 0) and abs(np.sum(x) - 1) < 1e-4,
-         "non-negative, summing to 1"),
-    ]
-    for name, value, ok, allowed in checks:
-        value = np.asarray(value)
-        if not ok(value):
-            raise ValueError(f"workload.{name}={value.tolist()} out of range: must be {allowed}")
-    if params.schedule not in SCHEDULES:
-        raise ValueError(f"workload.schedule={params.schedule!r} is not one of {list(SCHEDULES)}")
-    if params.schedule == "trace" and params.trace is None:
-        raise ValueError("workload.trace is required when workload.schedule='trace'")
-
-
 # ----------------------------------------------------------------------------- lengths
 
 
@@ -252,46 +231,7 @@ def _sum_of_lengths(z: Array, count: Array, dist: LengthDist) -> tuple[Array, Ar
     return total, count * m2
 
 
-# ----------------------------------------------------------------------------- arrivals
-
-
 # ----------------------------------------------------------------------------- random draws
-
-_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-def _threefry2x32(k0: Array, k1: Array, x0: Array, x1: Array) -> tuple[Array, Array]:
-    """The Threefry-2x32 block cipher (20 rounds; Salmon et al., SC 2011), uint32, unrolled."""
-    ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
-    x0, x1 = x0 + ks[0], x1 + ks[1]
-    for i in range(5):
-        for r in _THREEFRY_ROTATIONS[i % 2]:
-            x0 = x0 + x1
-            x1 = ((x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))) ^ x0
-        x0 = x0 + ks[(i + 1) % 3]
-        x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
-    return x0, x1
-
-
-def uniforms(key: jax.Array, n: int) -> Array:
-    """`n` uniforms in [0, 1), float32 (n,), from one key, with no loop.
-
-    For a threefry key these are bit for bit `jax.random.uniform(key, (n,))` under JAX's
-    original counter layout (jax_threefry_partitionable=False): n/2 Threefry blocks whose two
-    output words are both used. JAX lowers Threefry on CPU to a 5-iteration while loop, one
-    per 32-bit word in the partitionable layout; here the 20 rounds are unrolled, so XLA fuses
-    them with their consumers. Other key types go through `jax.random.uniform`.
-    """
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or "threefry" not in str(jax.random.key_impl(key)):
-        return jax.random.uniform(key, (n,))
-    k = jax.random.key_data(key)
-    half = (n + 1) // 2
-    counts = jnp.concatenate([jnp.arange(n, dtype=jnp.uint32), jnp.zeros(2 * half - n, jnp.uint32)])
-    y0, y1 = _threefry2x32(k[0], k[1], counts[:half], counts[half:])
-    bits = jnp.concatenate([y0, y1])[:n]
-    one = jnp.uint32(0x3F800000)  # exponent bits of 1.0f: (bits >> 9) | one is in [1, 2)
-    return jax.lax.bitcast_convert_type((bits >> jnp.uint32(9)) | one, jnp.float32) - 1.0
-
 
 # Uniforms one reset uses: burst phase or trace offset, initial burst state.
 RESET_DRAWS = 2
@@ -299,7 +239,7 @@ RESET_DRAWS = 2
 
 def reset_draws(key: jax.Array) -> Array:
     """The uniforms a reset uses, (RESET_DRAWS,)."""
-    return uniforms(key, RESET_DRAWS)
+    return sampling.uniforms(key, RESET_DRAWS)
 
 
 def init_from_draws(u: Array, params: WorkloadParams, episode_s: Array) -> WorkloadState:
@@ -333,57 +273,6 @@ def arrival_rate(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Ar
     return params.base_rate * jnp.where(_burst_on(state, t_s, params), params.burst_multiplier, 1.0)
 
 
-# Poisson draws are exact (inversion of the CDF) up to this mean [requests per class and
-# interval]; every shipped task stays below it (the largest, task 2's burst, is 20).
-POISSON_EXACT_MAX = 32.0
-# Terms of the inverted CDF: P(X >= 72) < 1e-9 at the largest exact mean, 32.
-POISSON_TERMS = 72
-
-
-def poisson_cdf(lam: Array) -> Array:
-    """F(k) = P(X <= k) of Poisson(lam) for k = 0 .. POISSON_TERMS - 1; shape (POISSON_TERMS,) + lam.shape.
-
-    From the pmf recursion p_k = p_(k-1) * lam / k; a mean above POISSON_EXACT_MAX is replaced
-    by 0 (`poisson_quantile` does not use the table there).
-    """
-    lam = jnp.asarray(lam, jnp.float32)
-    lam = jnp.where(lam <= POISSON_EXACT_MAX, jnp.maximum(lam, 0.0), 0.0)
-    p = jnp.exp(-lam)
-    cdf = [p]
-    for k in range(1, POISSON_TERMS):
-        p = p * (lam * (1.0 / k))
-        cdf.append(cdf[-1] + p)
-    return jnp.stack(cdf)
-
-
-def poisson_quantile(u: Array, lam: Array, cdf: Array) -> Array:
-    """A Poisson(lam) count [float32, integer-valued] from a uniform u in [0, 1), elementwise.
-
-    `cdf` is `poisson_cdf(lam)` (or a broadcastable table of it). Fixed cost, no loop: for
-    lam <= POISSON_EXACT_MAX the count is the exact inverse CDF, the number of k with
-    F(k) < u * F(K - 1) (u scaled by the summed mass, so that float32 rounding cannot push u past
-    the last term). Above it, the Cornish-Fisher expansion of the quantile to third order,
-    floor(lam + sqrt(lam) z + (z^2 - 1) / 6 + (z^3 - 7 z) / (72 sqrt(lam)) + 1/2), z = ndtri(u):
-    at lam = 32 it differs from the exact quantile for 0.65 % of u (an upper bound on the total
-    variation distance), its mean is off by < 1e-5 and its variance by < 0.1 %; both shrink as
-    lam grows (tests/test_reference.py checks both regimes against the exact pmf).
-    """
-    lam = jnp.maximum(jnp.asarray(lam, jnp.float32), 0.0)
-    target = u * cdf[-1]
-    count = jnp.zeros(jnp.shape(target), jnp.int32)
-    for k in range(POISSON_TERMS):  # int32 sums: a bool->float convert per term costs 6x more on CPU
-        count = count + (cdf[k] < target).astype(jnp.int32)
-    z = ndtri(jnp.clip(u, 1e-12, 1.0 - 1e-7))
-    root = jnp.sqrt(jnp.maximum(lam, 1.0))
-    approx = jnp.floor(lam + root * z + (z * z - 1.0) / 6.0 + (z * z * z - 7.0 * z) / (72.0 * root) + 0.5)
-    return jnp.where(lam <= POISSON_EXACT_MAX, count.astype(jnp.float32), jnp.maximum(approx, 0.0))
-
-
-def poisson_from_uniform(u: Array, lam: Array) -> Array:
-    """A Poisson(lam) count from one uniform u in [0, 1): `poisson_quantile` with its own table."""
-    return poisson_quantile(u, lam, poisson_cdf(lam))
-
-
 @struct.dataclass
 class Draws:
     """The random draws of one control interval; `advance` is deterministic given them.
@@ -409,24 +298,22 @@ def draws_from_uniforms(
     u: Array, state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams
 ) -> Draws:
     """The interval's `Draws` from STEP_DRAWS uniforms in [0, 1) (see `draw`)."""
-    # Normals as jax.random.normal makes them: sqrt(2) erfinv of a uniform on (-1, 1).
-    v = jnp.maximum(2.0 * u[NUM_CLASSES + 1:] - 1.0, jnp.nextafter(jnp.float32(-1.0), jnp.float32(0.0)))
-    z = jnp.sqrt(jnp.float32(2.0)) * jax.lax.erf_inv(v)
+    z = sampling.normals(u[NUM_CLASSES + 1:])
     # The CDF tables depend on the task only (two rates: outside and inside a burst), so under
     # vmap over envs they are computed once per step and each env only compares against them.
     lam_off = params.base_rate * dt_s * params.class_mix
     u_count = u[:NUM_CLASSES]
-    count = poisson_quantile(u_count, lam_off, poisson_cdf(lam_off))
+    count = sampling.poisson_quantile(u_count, lam_off, sampling.poisson_cdf(lam_off))
     if params.schedule in ("periodic", "mmpp"):
         lam_on = lam_off * params.burst_multiplier
         on = _burst_on(state, t_s, params)
-        count = jnp.where(on, poisson_quantile(u_count, lam_on, poisson_cdf(lam_on)), count)
+        count = jnp.where(on, sampling.poisson_quantile(u_count, lam_on, sampling.poisson_cdf(lam_on)), count)
     return Draws(count=count, z_prompt=z[:NUM_CLASSES], z_output=z[NUM_CLASSES:], u_burst=u[NUM_CLASSES])
 
 
 def draw(key: jax.Array, state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams) -> Draws:
     """All random draws of the interval [t_s, t_s + dt_s) from one key."""
-    return draws_from_uniforms(uniforms(key, STEP_DRAWS), state, t_s, dt_s, params)
+    return draws_from_uniforms(sampling.uniforms(key, STEP_DRAWS), state, t_s, dt_s, params)
 
 
 def advance(

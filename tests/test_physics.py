@@ -98,11 +98,11 @@ def test_memory_accounting_is_exact():
     state, (_, _, _, _, info, _) = rollout(env, params, jax.random.key(0), lambda t: action, 30)
     # the last state's KV tokens give exactly the reported memory (FP16 profile, tier 0)
     profile = jax.tree_util.tree_map(lambda x: x[0], params.server.profiles)
-    expected = profile.weight_bytes + state.server.run_context * profile.kv_bytes_per_token + profile.reserve_bytes
+    expected = profile.weight_bytes + state.server.running.context * profile.kv_bytes_per_token + profile.reserve_bytes
     np.testing.assert_allclose(float(info["metrics"].gpu_memory_bytes[-1]), float(expected), rtol=1e-6)
     cap = float(info["metrics"].kv_capacity_tokens[-1])
     np.testing.assert_allclose(cap, float(perf_model.kv_capacity_tokens(profile, 0.5)), rtol=1e-6)
-    assert float(state.server.run_context) <= cap * (1 + 1e-5)
+    assert float(state.server.running.context) <= cap * (1 + 1e-5)
 
 
 def _episode_means(env_id, action, steps=120, **overrides):

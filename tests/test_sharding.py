@@ -22,7 +22,8 @@ SCRIPT = textwrap.dedent(
     import json
     import jax, jax.numpy as jnp, numpy as np
     import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate, sharding
+    from inferencegym_jax import baselines, evaluate, sampling, sharding
+    from inferencegym_jax.env import DRAWS_PER_STEP
 
     assert jax.device_count() == 4, jax.devices()
 
@@ -55,7 +56,7 @@ SCRIPT = textwrap.dedent(
         if constrain:
             keys = sharding.constrain_leading(keys, mesh)
         _, state = jax.vmap(env.reset, in_axes=(0, None))(keys, params)
-        return jax.vmap(env.step_draws, in_axes=(0, 0, None))(keys, state, params)
+        return state, jax.vmap(lambda k: sampling.uniforms(k, DRAWS_PER_STEP))(keys)
 
     keys = jax.random.split(jax.random.key(2), n)
     single = jax.jit(first_draws, static_argnums=1)(keys, False)

@@ -1,0 +1,135 @@
+"""One control interval of an LLM server: queue -> prefill -> decode -> completion.
+
+The server is a fluid model of a continuous-batching engine (vLLM-style) with fixed shapes:
+waiting requests by priority class and age (`types.Queue`, (3, A)), the decode batch and the
+preempted sequences as pools (`types.Sequences`), counts real-valued (expected requests)
+inside the model, arrivals integer. `serve_interval` runs the phases in order; each lives in
+the module of its concept:
+
+  engine.reconfigure        precision reloads, prefill-GPU start-up (stall, dropped KV cache)
+  engine.preempt_to_fit     newest sequences preempted when the KV budget shrank
+  admission.enqueue         this interval's arrivals at age 0
+  admission.admission_limits free slots, free KV tokens, prefill capacity
+  admission.admit           preempted first, then by class and age (head-of-line blocking)
+  admission.prefill         the prefill pass and the time it leaves for decode
+  latency.time_to_first_token  TTFT of each admitted queue bin
+  engine.decode             decode steps and memoryless completions
+  engine.preempt_to_fit     KV overflow from decode growth
+  engine.check_memory       out of memory: every sequence fails, the engine restarts
+  admission.age_queue       the admitted removed, the oldest timed out, the rest one older
+  latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
+
+XLA:CPU speed tricks are in `inferencegym_jax.xla_ops`, guarded divisions in `numerics`.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from inferencegym_jax import perf_model, xla_ops
+from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.numerics import EPS, safe_div
+from inferencegym_jax.serving.admission import admission_limits, admit, age_queue, enqueue, prefill
+from inferencegym_jax.serving.engine import Decode, Engine, Memory, check_memory, decode, preempt_to_fit, reconfigure
+from inferencegym_jax.serving.latency import Latency, latency_statistics, time_to_first_token
+from inferencegym_jax.serving.types import (
+    IntervalMetrics,
+    Queue,
+    Sequences,
+    ServerParams,
+    ServerState,
+    initial_state,
+    select_profile,
+    zero_metrics,
+)
+from inferencegym_jax.workload import NUM_CLASSES, Arrivals
+
+__all__ = [
+    "IntervalMetrics",
+    "Queue",
+    "ServerParams",
+    "ServerState",
+    "Sequences",
+    "initial_state",
+    "select_profile",
+    "serve_interval",
+    "zero_metrics",
+]
+
+
+def serve_interval(
+    state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams
+) -> tuple[ServerState, IntervalMetrics]:
+    """Advance the server by one control interval of `params.dt_s` seconds (phases above)."""
+    profile = select_profile(params.profiles, config.quant_tier)
+    capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)
+    engine, running, preempted, dropped = reconfigure(state, config, profile, params)
+    running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
+    queue = enqueue(state.queue, arrivals)
+    limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
+    admission, preempted = admit(queue, preempted, limits)
+    pass_ = prefill(admission, engine, limits, profile)
+    ttft = time_to_first_token(queue, admission, pass_, engine, limits, profile, params.dt_s)
+    re = admission.readmitted
+    running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
+                        running.remaining + re.remaining + pass_.new_output)
+    running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
+    running, preempted, memory = check_memory(running, preempted, engine, profile, params)
+    next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
+    latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    next_state = ServerState(next_queue, running, preempted, memory.stall_s, engine.prefill_warmup_s, config,
+                             jnp.ones((), bool))
+    metrics = interval_metrics(
+        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, timeouts,
+        dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
+    )
+    return next_state, metrics
+
+
+def interval_metrics(
+    next_state: ServerState, arrivals: Arrivals, engine: Engine, prefill_tokens: jnp.ndarray,
+    admitted: jnp.ndarray, produced: Decode, memory: Memory, latency: Latency, timeouts: jnp.ndarray,
+    evicted: jnp.ndarray, capacity: jnp.ndarray, tokens_per_step: jnp.ndarray, config: ServingAction,
+    profile: perf_model.Profile, params: ServerParams,
+) -> IntervalMetrics:
+    """The interval's `IntervalMetrics` from the phases' results."""
+    dt = params.dt_s
+    violations = latency.late + timeouts + memory.failed
+    decided = admitted + timeouts + memory.failed
+    waiting_n = jnp.sum(next_state.queue.count, axis=1)  # (3,)
+    queue_depth = xla_ops.class_sum(waiting_n)
+    share_n = waiting_n + arrivals.count
+    class_share = jnp.where(
+        jnp.sum(share_n) > EPS, share_n / jnp.maximum(jnp.sum(share_n), EPS), 1.0 / NUM_CLASSES
+    )
+    generated_rate = produced.generated / dt
+    return IntervalMetrics(
+        ttft_p50_s=latency.ttft_p50_s,
+        ttft_p99_s=latency.ttft_p99_s,
+        ttft_slo_ratio=latency.ttft_slo_ratio,
+        tpot_s=produced.tpot_s,
+        output_tokens=produced.generated,
+        good_tokens=latency.good_tokens,
+        tokens_per_s=generated_rate,
+        quality_tokens_per_s=generated_rate * (1.0 - profile.quality_loss),
+        prefill_tokens=prefill_tokens,
+        admitted=admitted,
+        completed=produced.completed,
+        slo_violations=violations,
+        slo_violation_rate=jnp.clip(safe_div(violations, decided), 0.0, 1.0),
+        timeouts=timeouts,
+        failed=memory.failed,
+        evictions=evicted,
+        oom=memory.oom.astype(jnp.float32),
+        gpu_memory_bytes=memory.used_bytes,
+        kv_capacity_tokens=capacity,
+        kv_occupancy=jnp.clip(safe_div(next_state.running.context, capacity), 0.0, 1.0),
+        spec_acceptance=safe_div(tokens_per_step - 1.0, config.spec_length),
+        num_gpus=engine.num_gpus,
+        cost_usd=engine.num_gpus * profile.price_per_hour * dt / 3600.0,
+        stall_s=engine.busy_s,
+        queue_depth=queue_depth,
+        queue_mean_prompt=safe_div(jnp.sum(next_state.queue.prompt), queue_depth),
+        class_share=class_share,
+    )

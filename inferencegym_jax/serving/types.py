@@ -1,0 +1,219 @@
+"""The server's parameters, state and per-interval metrics (pytrees), and the pools they hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from inferencegym_jax import perf_model
+from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.workload import NUM_CLASSES
+
+Array = Any
+
+
+@struct.dataclass
+class ServerParams:
+    """Engine and SLO parameters of one task (a pytree).
+
+    Attributes:
+      profiles: `perf_model.Profile` with a leading axis of 3, one per precision tier.
+      dt_s: float32 [s], length of one control interval.
+      ttft_slo_s: float32 (3,) [s], time-to-first-token SLO per priority class.
+      tpot_slo_s: float32 [s], time-per-output-token SLO (all classes).
+      memory_limit_bytes: float32 [B], memory above which the engine runs out of memory.
+      max_batched_tokens: float32 [tokens], tokens per engine step with chunked prefill
+        (vLLM's max_num_batched_tokens; 2048 is vLLM V1's default for the online server).
+      kv_watermark: float32, fraction of KV blocks kept free at admission (vLLM: 0.01).
+      restart_s: float32 [s], engine restart after a weight change or OOM (CUDA-graph capture
+        and warm-up; vLLM logs 5-30 s, we take the warm end).
+      prefill_start_s: float32 [s], start of a prefill-only engine on a second GPU once its
+        weights are loaded (process and KV-transfer setup; prefill runs large batches without
+        CUDA graphs, so no graph capture).
+      num_age_buckets: static int, queue ages tracked; also the client timeout in intervals.
+    """
+
+    profiles: perf_model.Profile
+    dt_s: Array
+    ttft_slo_s: Array
+    tpot_slo_s: Array
+    memory_limit_bytes: Array
+    max_batched_tokens: Array
+    kv_watermark: Array
+    restart_s: Array
+    prefill_start_s: Array
+    num_age_buckets: int = struct.field(pytree_node=False, default=16)
+
+
+@struct.dataclass
+class Queue:
+    """Requests waiting for admission, by priority class and age; leaves float32 (3, A).
+
+    Age a holds the requests that arrived a intervals ago (a = 0: this interval's arrivals).
+
+    Attributes:
+      count: [requests] waiting.
+      prompt: [tokens], their prompt tokens.
+      output: [tokens], their output tokens still to generate.
+      prompt_sq: [tokens^2], their summed squared prompt lengths (prefill attention).
+    """
+
+    count: Array
+    prompt: Array
+    output: Array
+    prompt_sq: Array
+
+    def scaled(self, fraction: Array) -> Queue:
+        """Every field times `fraction` (broadcast against (3, A)): a share of each bin."""
+        return Queue(fraction * self.count, fraction * self.prompt, fraction * self.output, fraction * self.prompt_sq)
+
+    def __sub__(self, other: Queue) -> Queue:
+        return Queue(self.count - other.count, self.prompt - other.prompt, self.output - other.output,
+                     self.prompt_sq - other.prompt_sq)
+
+
+@struct.dataclass
+class Sequences:
+    """A pool of sequences: the decode batch, or the preempted ones awaiting recompute.
+
+    Attributes:
+      seqs: float32 [sequences].
+      context: float32 [tokens], KV-resident (running) or to recompute (preempted).
+      remaining: float32 [tokens] of output still to generate.
+    """
+
+    seqs: Array
+    context: Array
+    remaining: Array
+
+    def scaled(self, fraction: Array) -> Sequences:
+        """The same share of every field (a fraction of the pool's sequences)."""
+        return Sequences(fraction * self.seqs, fraction * self.context, fraction * self.remaining)
+
+    def __add__(self, other: Sequences) -> Sequences:
+        return Sequences(self.seqs + other.seqs, self.context + other.context, self.remaining + other.remaining)
+
+    def __sub__(self, other: Sequences) -> Sequences:
+        return Sequences(self.seqs - other.seqs, self.context - other.context, self.remaining - other.remaining)
+
+
+@struct.dataclass
+class ServerState:
+    """The server between two control intervals.
+
+    Attributes:
+      queue: Queue, (3, A) leaves.
+      running: Sequences in the decode batch.
+      preempted: Sequences preempted (or dropped by a reload), waiting to be recomputed.
+      stall_s: float32 [s] of reconfiguration or restart still to sit out.
+      prefill_warmup_s: float32 [s] until a newly requested prefill GPU is ready.
+      config: ServingAction in force (the task default before the first interval).
+      started: bool, whether the engine has been configured once; the first configuration is free.
+    """
+
+    queue: Queue
+    running: Sequences
+    preempted: Sequences
+    stall_s: Array
+    prefill_warmup_s: Array
+    config: ServingAction
+    started: Array
+
+
+@struct.dataclass
+class IntervalMetrics:
+    """What one control interval produced; float32 scalars unless noted.
+
+    Attributes:
+      ttft_p50_s, ttft_p99_s: [s] percentiles of time to first token (see `serving.latency`).
+      ttft_slo_ratio: mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1].
+      tpot_s: [s] wall time per output token of a running sequence (stalls included).
+      output_tokens: [tokens] output tokens generated in the interval.
+      good_tokens: [tokens] output tokens of the requests admitted this interval within their
+        TTFT and TPOT SLOs (goodput, counted when the request is admitted).
+      tokens_per_s: [tokens/s] output tokens generated per second.
+      quality_tokens_per_s: [tokens/s] generated tokens times (1 - quality loss of the tier).
+      prefill_tokens: [tokens] prompt tokens prefilled (recompute included).
+      admitted: [requests] admitted for the first time.
+      completed: [requests] finished.
+      slo_violations: [requests] admitted past their TTFT SLO or with TPOT above its SLO,
+        plus those that timed out or failed.
+      slo_violation_rate: violations / (admitted + timed out + failed), 0 when none.
+      timeouts: [requests] that gave up waiting.
+      failed: [requests] lost to an out-of-memory restart.
+      evictions: [sequences] preempted for lack of KV space (or by a reconfiguration).
+      oom: 1.0 when the engine ran out of memory, else 0.
+      gpu_memory_bytes: [B] memory in use on the decode GPU.
+      kv_capacity_tokens: [tokens] KV capacity at the applied kv_budget.
+      kv_occupancy: resident KV tokens / capacity, in [0, 1].
+      spec_acceptance: fraction of draft tokens accepted, 0 without speculation.
+      num_gpus: GPUs in use (2 when disaggregated).
+      cost_usd: [$] GPU cost of the interval.
+      stall_s: [s] of the interval lost to reconfiguration or restart.
+      queue_depth: [requests] waiting at the end of the interval.
+      queue_mean_prompt: [tokens] mean prompt length of the waiting requests (0 if none).
+      class_share: float32 (3,) share of waiting and new requests per class.
+    """
+
+    ttft_p50_s: Array
+    ttft_p99_s: Array
+    ttft_slo_ratio: Array
+    tpot_s: Array
+    output_tokens: Array
+    good_tokens: Array
+    tokens_per_s: Array
+    quality_tokens_per_s: Array
+    prefill_tokens: Array
+    admitted: Array
+    completed: Array
+    slo_violations: Array
+    slo_violation_rate: Array
+    timeouts: Array
+    failed: Array
+    evictions: Array
+    oom: Array
+    gpu_memory_bytes: Array
+    kv_capacity_tokens: Array
+    kv_occupancy: Array
+    spec_acceptance: Array
+    num_gpus: Array
+    cost_usd: Array
+    stall_s: Array
+    queue_depth: Array
+    queue_mean_prompt: Array
+    class_share: Array
+
+
+def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
+    """An idle server with an empty queue, not yet started: its first configuration is free.
+
+    `config` (the task default) is what the server reports as in force until it is configured.
+    """
+    zeros = jnp.zeros((NUM_CLASSES, num_age_buckets), jnp.float32)
+    z = jnp.zeros((), jnp.float32)
+    return ServerState(
+        queue=Queue(zeros, zeros, zeros, zeros),
+        running=Sequences(z, z, z),
+        preempted=Sequences(z, z, z),
+        stall_s=z,
+        prefill_warmup_s=z,
+        config=config,
+        started=jnp.zeros((), bool),
+    )
+
+
+def zero_metrics() -> IntervalMetrics:
+    """The metrics before any interval: zeros, and an even class share."""
+    z = jnp.zeros((), jnp.float32)
+    fields = {f: z for f in IntervalMetrics.__dataclass_fields__}
+    fields["class_share"] = jnp.full((NUM_CLASSES,), 1.0 / NUM_CLASSES, jnp.float32)
+    return IntervalMetrics(**fields)
+
+
+def select_profile(profiles: perf_model.Profile, tier: Array) -> perf_model.Profile:
+    """The profile of one precision tier from the stacked (3,) profiles."""
+    tier = jnp.clip(jnp.asarray(tier, jnp.int32), 0, 2)
+    return jax.tree_util.tree_map(lambda x: x[tier], profiles)
