@@ -1,93 +1,29 @@
 """Generate the graders' normalising constants: data/grader_constants.json.
 
-For every registered task, on training-stream keys (disjoint from evaluation keys):
-  x_random    mean served fraction of the random policy;
-  x_optimum   best mean served fraction over the task's static action grid (exhaustive);
-  best_static_action, best_static_score   the static configuration with the best grader score;
-  x_vllm_default                          the fixed default's served fraction (for reference).
-A small "probe" section (a few short episodes of fixed configurations) fingerprints the
-simulator: tests recompute it and fail when this file is stale.
+For every registered task (or those of --tasks; the others are kept from the file), on
+training-stream keys: the random policy's and the best static configuration's served fraction,
+that configuration, and a short probe that fingerprints the simulator. The search is
+`inferencegym_jax.generate.grader_constants`; tests/test_graders.py recomputes the probe.
 
-Usage: python scripts/grader_constants.py [--episodes 32] [--seed 0] [--tasks ID ...] [--check]
+Usage: python scripts/grader_constants.py [--episodes 32] [--seed 0] [--tasks ID ...] [--out PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-import jax
-import numpy as np
+from inferencegym_jax.files import atomic_write_text
+from inferencegym_jax.generate import grader_constants
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "data" / "grader_constants.json"
-# Fold-in tag of the search keys inside the training stream.
-SEARCH_STREAM = 7
-PROBE_EPISODES, PROBE_STEPS = 2, 30
-
-
-def probe_values(env_id: str, actions: list[list[int]], seed: int) -> list[dict]:
-    """Short-episode statistics of fixed actions: the simulator's fingerprint."""
-    import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate
-
-    env, params = ig.make(env_id)
-    key = jax.random.fold_in(evaluate.training_key(seed), SEARCH_STREAM + 1)
-    stats = baselines.static_statistics(env, params, np.asarray(actions, np.int32), key, PROBE_EPISODES,
-                                        num_steps=PROBE_STEPS)
-    return [
-        {"action": a, **{k: [float(f"{v:.6g}") for v in stats[k][i]] for k in ("served_fraction", "slo_attainment", "cost_per_1k")}}
-        for i, a in enumerate(actions)
-    ]
-
-
-def task_constants(env_id: str, episodes: int, seed: int) -> dict:
-    import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate, graders
-    from inferencegym_jax.actions import indices_from_action
-
-    env, params = ig.make(env_id)
-    grader = graders.grader_name(env_id)
-    key = jax.random.fold_in(evaluate.training_key(seed), SEARCH_STREAM)
-    t0 = time.perf_counter()
-    traj = evaluate.run_episodes(env, params, baselines.random_policy(env), key, episodes)
-    stats = jax.vmap(lambda t: graders.episode_statistics(t, params))(traj)
-    x_random = float(np.mean(stats["served_fraction"]))
-    default_idx = np.asarray(indices_from_action(baselines.VLLM_DEFAULT))
-    default_idx = np.where(np.asarray(params.active_knobs), default_idx, 0)[None]
-    x_default = float(baselines.static_statistics(env, params, default_idx, key, episodes)["served_fraction"].mean())
-    search = baselines.search_static(env, params, grader, key, episodes, x_random)
-    seconds = time.perf_counter() - t0
-    print(f"{env_id}: grader={grader} x_random={x_random:.4f} x_default={x_default:.4f} "
-          f"x_optimum={search['x_optimum']:.4f} best={search['best_action']} score={search['best_score']:.4f} "
-          f"({len(search['actions'])} configs x {episodes} episodes, {seconds:.0f} s)", flush=True)
-    return {
-        "grader": grader,
-        "x_random": round(x_random, 6),
-        "x_optimum": round(search["x_optimum"], 6),
-        "x_vllm_default": round(x_default, 6),
-        "best_static_action": search["best_action"],
-        "best_static_score": round(search["best_score"], 6),
-        "grid_size": int(len(search["actions"])),
-        "probe": probe_values(env_id, [default_idx[0].tolist(), search["best_action"]], seed),
-    }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> None:
-    import inferencegym_jax as ig
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
@@ -95,20 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     existing = json.loads(args.out.read_text()) if args.out.exists() else {"tasks": {}}
-    tasks = dict(existing.get("tasks", {}))
-    for env_id in args.tasks or ig.registered_envs():
-        tasks[env_id] = task_constants(env_id, args.episodes, args.seed)
-    tasks = {k: tasks[k] for k in sorted(tasks) if k in ig.registered_envs()}
-    result = {
-        "description": "Normalising constants of inferencegym_jax.graders; generated by "
-                       "scripts/grader_constants.py, do not edit by hand.",
-        "episodes": args.episodes,
-        "seed": args.seed,
-        "probe_episodes": PROBE_EPISODES,
-        "probe_steps": PROBE_STEPS,
-        "tasks": tasks,
-    }
-    write_atomic(args.out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+    payload = grader_constants.constants_payload(args.episodes, args.seed, args.tasks, existing,
+                                                 log=functools.partial(print, flush=True))
+    atomic_write_text(args.out, grader_constants.render(payload))
     print(f"wrote {args.out}")
 
 

@@ -1,32 +1,24 @@
-"""data/calibration.json is what scripts/calibrate.py fits from data/profiling, and sane."""
+"""data/calibration.json is what inferencegym_jax.generate.calibration fits from data/profiling,
+and sane."""
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
-from importlib import resources
 from pathlib import Path
 
 import pytest
 
 from inferencegym_jax import perf_model
+from inferencegym_jax.generate import calibration
+from inferencegym_jax.package_files import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @functools.cache
-def _calibrate_module():
-    spec = importlib.util.spec_from_file_location("calibrate", ROOT / "scripts" / "calibrate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@functools.cache
 def _refit() -> str:
-    module = _calibrate_module()
-    return module.render(module.calibrate())
+    return calibration.render(calibration.calibrate())
 
 
 def test_calibration_file_is_not_stale():
@@ -34,7 +26,7 @@ def test_calibration_file_is_not_stale():
     package reads are byte for byte what the script writes."""
     fresh = _refit()
     assert (ROOT / "data" / "calibration.json").read_text() == fresh, "rerun scripts/calibrate.py"
-    installed = resources.files("inferencegym_jax._data").joinpath("calibration.json").read_text()
+    installed = shipped("data").joinpath("calibration.json").read_text()
     assert installed == fresh, "the installed package carries a stale calibration.json: reinstall"
     assert perf_model.load_calibration() == json.loads(fresh)
 

@@ -1,16 +1,13 @@
 """The performance model against published measurements (DESIGN.md's calibration points and
 the shipped kernel profiles), the physical floors, and docs/FIDELITY.md being up to date.
 
-The anchors are defined once, in scripts/fidelity_report.py, which also writes the doc; these
-tests hold each one to its tolerance (or, for a miss explained in the doc, to its bound) and
-check the most important ones again directly against perf_model.
+The anchors are defined once, in inferencegym_jax.generate.fidelity, which also renders the
+doc; these tests hold each one to its tolerance (or, for a miss explained in the doc, to its
+bound) and check the most important ones again directly against perf_model.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.util
-import sys
 from pathlib import Path
 
 import jax
@@ -19,6 +16,7 @@ import numpy as np
 import pytest
 
 from inferencegym_jax import perf_model
+from inferencegym_jax.generate import fidelity
 from inferencegym_jax.profiles import DRAFTS, GPUS, MODELS, PRECISIONS, SPEC_LENGTHS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,20 +25,9 @@ _decode, _prefill = jax.jit(perf_model.decode_step_time), jax.jit(perf_model.pre
 _draft = jax.jit(perf_model.draft_token_time)
 
 
-@functools.cache
-def report():
-    """scripts/fidelity_report.py as a module (its results are cached inside)."""
-    name = "fidelity_report"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "fidelity_report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses resolve their module while the file executes
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_anchor_is_within_tolerance_or_explained():
     failures = []
-    for a in report().all_anchors():
+    for a in fidelity.all_anchors():
         if a.status == "MISS":
             failures.append(f"{a.name}: error {a.error:+.1%} > tolerance {a.tolerance:.0%}")
         if a.status == "explained":
@@ -51,27 +38,27 @@ def test_every_anchor_is_within_tolerance_or_explained():
 
 
 def test_every_design_calibration_point_has_an_anchor():
-    names = " / ".join(a.name for a in report().all_anchors())
+    names = " / ".join(a.name for a in fidelity.all_anchors())
     for needle in ("A100 single-sequence decode", "A100 1,024-token prefill", "H100 1,024-token prefill",
                    "H100 TPOT", "kv_budget 0.1", "kv_budget 1.0", "EAGLE-style draft, chat data, k = 8",
                    "n-gram draft, k = 8", "H100 FP8", "INT4 (W4A16)", "INT4 decode-step", "KV transfer",
                    "A100 price", "H100 price", "eta_bw", "eta_f", "knee", "per-step serving overhead",
                    "per-request overhead", "LLMServingSim", "Vidur Llama-2-7B"):
         assert needle in names, needle
-    kinds = {a.kind for a in report().all_anchors()}
+    kinds = {a.kind for a in fidelity.all_anchors()}
     assert {"kernel", "end-to-end", "fit", "input", "arithmetic"} <= kinds
 
 
 def test_fidelity_doc_is_up_to_date():
     doc = ROOT / "docs" / "FIDELITY.md"
-    assert doc.read_text() == report().render(), "rerun scripts/fidelity_report.py"
+    assert doc.read_text() == fidelity.render(), "rerun scripts/fidelity_report.py"
 
 
 # ----------------------------------------------------------------- direct checks of the anchors
 
 
-def _kernels(profile):
-    return report().kernels_only(profile)
+def _kernels(profile: perf_model.Profile) -> perf_model.Profile:
+    return fidelity.kernels_only(profile)
 
 
 def test_design_kernel_anchors_directly():
@@ -160,7 +147,7 @@ def test_never_faster_than_peak_bandwidth_or_peak_flops(gpu):
 
 
 def test_report_floor_grid_holds():
-    low, count = report().floor_ratio()
+    low, count = fidelity.floor_ratio()
     assert count > 1000 and low >= 1.0
 
 

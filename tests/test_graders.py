@@ -33,22 +33,26 @@ def test_every_registered_task_has_constants():
 
 
 def test_constants_are_not_stale():
-    """Recompute the file's probe (short episodes of the default and best static configs)."""
-    import importlib.util
-    from pathlib import Path
+    """Recompute the file's probe (short episodes of the default and best static configs), and
+    check that the file is what the generator writes for its own payload."""
+    from inferencegym_jax.generate import grader_constants
+    from inferencegym_jax.package_files import shipped
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "grader_constants.py"
-    spec = importlib.util.spec_from_file_location("grader_constants", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    table = json.loads(resources.files("inferencegym_jax._data").joinpath("grader_constants.json").read_text())
+    text = shipped("data").joinpath("grader_constants.json").read_text()
+    table = json.loads(text)
+    assert (table["probe_episodes"], table["probe_steps"]) == (grader_constants.PROBE_EPISODES,
+                                                               grader_constants.PROBE_STEPS)
+    kept = grader_constants.constants_payload(table["episodes"], table["seed"], [], table)
+    assert grader_constants.render(kept) == text, "data/grader_constants.json was edited by hand"
     for task_id, c in table["tasks"].items():
-        fresh = module.probe_values(task_id, [p["action"] for p in c["probe"]], table["seed"])
+        fresh = grader_constants.probe_values(task_id, [p["action"] for p in c["probe"]], table["seed"])
+        assert [p["action"] for p in fresh] == [p["action"] for p in c["probe"]]
         for stored, new in zip(c["probe"], fresh):
-            for field in ("served_fraction", "slo_attainment", "cost_per_1k"):
+            for field in grader_constants.PROBE_FIELDS:
                 np.testing.assert_allclose(
                     new[field], stored[field], rtol=2e-4, atol=1e-6,
-                    err_msg=f"{task_id} {field}: data/grader_constants.json is stale; rerun scripts/grader_constants.py",
+                    err_msg=f"{task_id} {field}: data/grader_constants.json is stale; "
+                            "rerun scripts/grader_constants.py",
                 )
 
 

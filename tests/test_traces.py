@@ -4,10 +4,8 @@ documented numbers hold."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import re
 import tomllib
-from importlib import resources
 from pathlib import Path
 
 import chex
@@ -15,10 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import rollout
 
 import inferencegym_jax as ig
 from inferencegym_jax import perf_model, traces, workload
-from helpers import rollout
+from inferencegym_jax.generate import trace_compaction
+from inferencegym_jax.package_files import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "traces"
@@ -27,7 +27,7 @@ MIX = "azure-code-2023,azure-conv-2023,"
 
 
 def _data_file(name: str) -> bytes:
-    return resources.files("inferencegym_jax._data").joinpath("traces", name).read_bytes()
+    return shipped("data").joinpath("traces", name).read_bytes()
 
 
 def test_shipped_files_match_their_provenance_sha256():
@@ -40,11 +40,8 @@ def test_shipped_files_match_their_provenance_sha256():
 
 @pytest.mark.skipif(not RAW.is_dir(), reason="raw traces (../shared/data/traces) not present")
 def test_compaction_reproduces_the_shipped_files():
-    spec = importlib.util.spec_from_file_location("compact_traces", ROOT / "scripts" / "compact_traces.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    files = module.compact(RAW)
-    files["PROVENANCE.txt"] = module.provenance(files, RAW).encode()
+    files = trace_compaction.trace_folder(RAW)
+    assert set(files) == {*trace_compaction.TRACES, *trace_compaction.LICENCES, "PROVENANCE.txt"}
     for name, data in files.items():
         assert _data_file(name) == data, f"data/traces/{name} is stale: rerun scripts/compact_traces.py"
 
@@ -71,7 +68,7 @@ def test_trace_arrays_layout():
     # Aligned on the common clock: the window starts at the later origin and ends at the
     # earlier end, and both classes share its length.
     start = max(code.origin, conv.origin)
-    end = min(o + np.timedelta64(int(r.duration_s * 1e6), "us").item() for o, r in ((code.origin, code), (conv.origin, conv)))
+    end = min(r.origin + np.timedelta64(int(r.duration_s * 1e6), "us").item() for r in (code, conv))
     window = (end - start).total_seconds()
     np.testing.assert_allclose(np.asarray(tr.duration_s)[:2], window, rtol=1e-6)
     assert np.isinf(np.asarray(tr.duration_s)[2])
@@ -122,7 +119,8 @@ def test_replay_is_exact_jitted_and_keyed():
         return state.phase_s, jax.lax.scan(body, state, jnp.arange(steps))[1]
 
     arrival = np.asarray(wl.trace.arrival_s)
-    prompt_cs, output_cs = np.asarray(wl.trace.prompt_cumsum, np.float64), np.asarray(wl.trace.output_cumsum, np.float64)
+    prompt_cs = np.asarray(wl.trace.prompt_cumsum, np.float64)
+    output_cs = np.asarray(wl.trace.output_cumsum, np.float64)
     phases = []
     for seed in range(3):
         phase, arrivals = episode(jax.random.key(seed))
@@ -138,11 +136,12 @@ def test_replay_is_exact_jitted_and_keyed():
             np.testing.assert_allclose(np.asarray(arrivals.output_tokens[:, c]), np.diff(output_cs[c, idx]), atol=tol)
         assert float(arrivals.count[:, 2].sum()) == 0.0
     assert len(set(phases)) == 3  # each key its own offset
-    np.testing.assert_array_equal(np.asarray(episode(jax.random.key(1))[1].count), np.asarray(episode(jax.random.key(1))[1].count))
+    again = (np.asarray(episode(jax.random.key(1))[1].count) for _ in range(2))
+    np.testing.assert_array_equal(*again)
 
 
 def _config() -> dict:
-    return tomllib.loads(resources.files("inferencegym_jax._configs").joinpath("tasks", "task4.toml").read_text())
+    return tomllib.loads(shipped("configs").joinpath("tasks", "task4.toml").read_text())
 
 
 def test_task4_documented_numbers():
@@ -160,7 +159,8 @@ def test_task4_documented_numbers():
         assert ttft < config["server"]["ttft_slo_s"][c]
     # Load: the full trace's prompt tokens nearly fill an A100's prefill rate, half of it does not.
     full = traces.load_trace(MIX)
-    mean_prompt = float(np.sum(np.asarray(full.prompt_cumsum)[:, -1]) / np.isfinite(np.asarray(full.arrival_s)[:, 1:]).sum())
+    num_requests = np.isfinite(np.asarray(full.arrival_s)[:, 1:]).sum()
+    mean_prompt = float(np.sum(np.asarray(full.prompt_cumsum)[:, -1]) / num_requests)
     prefill_rate = mean_prompt / float(perf_model.prefill_time(profile, mean_prompt))
     full_rate = float(np.sum(np.asarray(full.prompt_cumsum)[:, -1] / np.asarray(full.duration_s)))
     assert config["workload"]["trace_keep_one_in"] == 2
