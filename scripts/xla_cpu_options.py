@@ -22,19 +22,20 @@ import jax
 import jax.numpy as jnp
 
 import inferencegym_jax as ig
-from inferencegym_jax import bench
+from inferencegym_jax.cli import bench
 
 DEFAULT_OPTIONS = {
     "default": {},
     "vector width 512": {"xla_cpu_prefer_vector_width": 512},
     "concurrency scheduler": {"xla_cpu_enable_concurrency_optimized_scheduler": True},
     "fast math": {"xla_cpu_enable_fast_math": True},
-    # what `inferencegym` (cli.use_xla_cpu_flags) turns on
+    # what `inferencegym` (inferencegym_jax.cli.common.use_xla_cpu_flags) turns on
     "no YNNPACK reductions": {"xla_cpu_experimental_ynn_fusion_type": ""},
 }
 
 
 def main() -> None:
+    """Compile the bench's env-only program once per set of options, time them alternately, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=8192)
     parser.add_argument("--steps", type=int, default=50)
@@ -52,7 +53,7 @@ def main() -> None:
             raise SystemExit(f"--option {item!r}: not NAME=JSON ({err})") from None
 
     env, params = ig.make(args.task)
-    actions = jnp.asarray(bench._actions(env, params, args.envs))
+    actions = jnp.asarray(bench.action_table(env, params, args.envs))
 
     # The bench's program as it is, final states included: a program that returns only the
     # rewards fuses differently (XLA re-derives some values instead of storing them).

@@ -28,6 +28,7 @@ def task(request):
 
 @pytest.fixture(autouse=True)
 def _keep_xla_flags(monkeypatch):
-    """The CLI adds XLA flags to the environment (`cli.use_xla_cpu_flags`); undo it after each
-    test, so that later tests' subprocesses start as they would on their own."""
+    """`inferencegym_jax.cli.main` adds XLA flags to the environment
+    (`inferencegym_jax.cli.common.use_xla_cpu_flags`), as do tests that call it; undo it after
+    each test, so that later tests' subprocesses start as they would on their own."""
     monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))

@@ -35,5 +35,9 @@ def test_train_then_eval_from_the_checkpoint(tmp_path, capsys):
     main(["eval", "--checkpoint", str(out), "--episodes", "4", "--json", str(again), "--baselines", "vllm_default"])
     assert json.loads(again.read_text())["scores"] == record["scores"]
 
-    with pytest.raises(ValueError, match="unknown baselines"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
         main(["eval", "--checkpoint", str(out), "--episodes", "4", "--baselines", "oracle"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("inferencegym: error: unknown baselines ['oracle']")
+    assert err.count("\n") == 1

@@ -1,4 +1,4 @@
-"""`inferencegym train | eval | sweep`: registered into the `inferencegym` CLI by `register`.
+"""`inferencegym train | eval | sweep`: PPO on a task, graded against every baseline.
 
     inferencegym train --task 1 --out runs/task1              # configs/train/ppo_task1.toml
     inferencegym train --task 1 --config my.toml --out DIR --set lr=1e-3 --set num_updates=50
@@ -8,37 +8,41 @@
 
 `train` writes DIR/config.toml (the resolved config), DIR/metrics.csv (one row per update),
 DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
-graded held-out evaluation against every baseline, DIR/eval.json. Heavy modules are imported
-inside the commands, so `inferencegym --help` stays fast.
+graded held-out evaluation against every baseline, DIR/eval.json. Without `--config`, a task
+trains with its shipped config `ppo_task<N>`; a task without one is an error (pass `--config`).
+The trainer, JAX and pandas are imported inside the commands.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from inferencegym_jax.cli.common import (
+    check_output_file,
+    check_output_folder,
+    positive_int,
+    ppo_config_name,
+    print_frame,
+    task_id,
+)
+from inferencegym_jax.files import atomic_write_text
 
-def _positive_int(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} must be a positive integer")
-    return int(value)
+# The task `train` and `sweep` use when neither --task nor --config names one.
+DEFAULT_TASK = "InferenceGym-Task1-v0"
 
 
-def _task(value: str) -> Any:
-    return int(value) if value.isdigit() else value
-
-
-def _overrides(items: list[str]) -> dict[str, Any]:
-    """`--set key=value` pairs, values parsed as TOML (so 1e-3, true, [64, 64] work)."""
+def parse_overrides(items: list[str] | None) -> dict[str, Any]:
+    """`--set key=value` pairs, values parsed as TOML (so 1e-3, true, [64, 64] work; anything
+    else stays a string, for the config to accept or reject). ValueError without a "="."""
     out: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--set {item!r}: use KEY=VALUE")
+        if not sep or not key.strip():
+            raise ValueError(f"--set {item!r}: use KEY=VALUE")
         try:
             out[key.strip()] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
@@ -46,19 +50,25 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def _default_config(task: Any) -> str:
+def shipped_config_for(env_id: str) -> str:
+    """The shipped PPO config of a task (`ppo_task<N>`); ValueError when it has none."""
     from training.config import shipped_configs
 
-    number = task if isinstance(task, int) else "".join(c for c in str(task).split("-")[1] if c.isdigit())
-    name = f"ppo_task{number}"
-    return name if name in shipped_configs() else "ppo_task1"
+    name = ppo_config_name(env_id)
+    shipped = shipped_configs()
+    if name not in shipped:
+        raise ValueError(f"--task {env_id}: no shipped training config for this task (shipped: {shipped}); "
+                         "pass --config FILE")
+    return name
 
 
-def _resolve_config(args: argparse.Namespace):
+def resolve_config(args: argparse.Namespace) -> Any:
+    """The PPOConfig of `train` or `sweep`: --config (default: the task's shipped config, or the
+    checkpoint's config when resuming), then --set, --task, --updates and --seed over it."""
     from training.checkpoint import checkpoint_path, read_config
     from training.config import load_config
 
-    overrides = _overrides(args.set)
+    overrides = parse_overrides(args.set)
     if args.task is not None:
         overrides["task"] = args.task
     if args.updates is not None:
@@ -67,132 +77,143 @@ def _resolve_config(args: argparse.Namespace):
         overrides["seed"] = args.seed
     if args.config is None and getattr(args, "resume", False) and checkpoint_path(args.out).exists():
         return read_config(args.out).replace(**overrides)
-    source = args.config or _default_config(args.task if args.task is not None else 1)
+    source = args.config or shipped_config_for(args.task or DEFAULT_TASK)
     return load_config(source, **overrides)
 
 
-def _print_table(table: Any) -> None:
-    import pandas as pd
-
-    with pd.option_context("display.max_columns", None, "display.width", 200, "display.float_format", "{:.4g}".format):
-        print(table.to_string())
+def _baseline_names(value: str | None) -> list[str] | None:
+    """--baselines "a,b" -> ["a", "b"]; None (every baseline) when not given."""
+    return [name.strip() for name in value.split(",")] if value else None
 
 
-def _graded_evaluation(trainer, runner, args: argparse.Namespace, episodes: int, out_json: Path | None, extra: dict):
+def check_baselines(trainer: Any, names: list[str] | None) -> None:
+    """ValueError for --baselines names the task does not have, before any training."""
+    from inferencegym_jax import baselines
+
+    available = baselines.baseline_policies(trainer.env, trainer.env_params, trainer.config.task)
+    unknown = [n for n in names or [] if n not in available]
+    if unknown:
+        raise ValueError(f"--baselines: unknown baselines {unknown}; available: {list(available)}")
+
+
+def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episodes: int,
+                      out_json: Path | None, extra: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """Grade the policy and the baselines on held-out episodes, print the table, write the
+    record (`training.evaluation.eval_record` plus `extra`) to `out_json` when given.
+
+    Returns (the table, each policy's mean held-out reward per interval by name)."""
     from training.evaluation import eval_record, evaluate_against_baselines, write_json
 
-    eval_seed = args.eval_seed
-    names = args.baselines.split(",") if args.baselines else None
     t0 = time.perf_counter()
-    table, results, rewards = evaluate_against_baselines(trainer, runner, episodes, eval_seed, names)
+    table, results, rewards = evaluate_against_baselines(trainer, runner, episodes, args.eval_seed,
+                                                         _baseline_names(args.baselines))
     seconds = time.perf_counter() - t0
-    print(f"\ngraded evaluation: {episodes} held-out episodes (evaluation_key({eval_seed})), "
+    print(f"\ngraded evaluation: {episodes} held-out episodes (evaluation_key({args.eval_seed})), "
           f"{trainer.config.task}, {int(runner.update)} updates, {seconds:.1f} s")
-    _print_table(table)
-    record = eval_record(trainer, runner, table, results, episodes, eval_seed)
+    print_frame(table)
+    record = eval_record(trainer, runner, table, results, episodes, args.eval_seed)
     record.update(extra, eval_seconds=seconds)
     if out_json is not None:
         write_json(out_json, record)
         print(f"wrote {out_json}")
-    return table, {name: float(r.mean()) for name, r in rewards.items()}, record
+    return table, {name: float(r.mean()) for name, r in rewards.items()}
 
 
 def cmd_train(args: argparse.Namespace) -> None:
+    """Train (or resume), checkpointing; then grade against the baselines and plot."""
     import jax
 
     from training.loop import read_metrics, run_training
     from training.plots import plot_reward_curve
     from training.ppo import make_train
 
-    config = _resolve_config(args)
+    config = resolve_config(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"resolved config ({config.total_env_steps:,} env steps, jax {jax.__version__}, "
           f"{jax.device_count()} {jax.default_backend()} device(s)):\n{config.describe()}", flush=True)
-    (out / "config.toml").write_text(config.to_toml())
+    atomic_write_text(out / "config.toml", config.to_toml())
     trainer = make_train(config)
+    check_baselines(trainer, _baseline_names(args.baselines))
     t0 = time.perf_counter()
     runner, rows = run_training(trainer, out, resume=args.resume, progress=not args.no_progress)
     train_seconds = time.perf_counter() - t0
-    steps = sum(1 for _ in rows) * config.batch_size
+    steps = len(rows) * config.batch_size
     print(f"trained {len(rows)} updates ({steps:,} env steps) in {train_seconds:.1f} s "
           f"(compile included): {steps / max(train_seconds, 1e-9):,.0f} env steps/s", flush=True)
     episodes = args.eval_episodes or config.eval_episodes
-    table, levels, _ = _graded_evaluation(
-        trainer, runner, args, episodes, out / "eval.json",
-        {"train_seconds": train_seconds, "config": config.to_toml()})
+    _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
+                                  {"train_seconds": train_seconds, "config": config.to_toml()})
     plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
     print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'checkpoint.msgpack'}")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
+    """Grade a saved policy against the baselines on held-out episodes."""
     from training.checkpoint import load_checkpoint, read_config
     from training.ppo import make_train
 
+    out_json = check_output_file(args.json, "--json") if args.json else None
     config = read_config(args.checkpoint)
     trainer = make_train(config)
     runner = load_checkpoint(args.checkpoint, trainer)
-    _graded_evaluation(trainer, runner, args, args.episodes, Path(args.json) if args.json else None,
-                       {"checkpoint": str(args.checkpoint)})
+    graded_evaluation(trainer, runner, args, args.episodes, out_json, {"checkpoint": str(args.checkpoint)})
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
+    """Train a grid of traced hyperparameters x seeds as one program; write the runs, the
+    summary and the best setting's config (all atomically)."""
     from training.sweep import parse_grid, run_sweep
 
-    config = _resolve_config(args)
+    out = check_output_folder(args.out, "--out")
+    config = resolve_config(args)
     grid = parse_grid(args.grid)
     print(f"sweep over {grid} x {args.seeds} seeds, one program; base config:\n{config.describe()}", flush=True)
     result = run_sweep(config, grid, num_seeds=args.seeds, eval_episodes=args.episodes, eval_seed=args.eval_seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result.runs.to_csv(out / "sweep.csv", index=False)
-    result.summary.to_csv(out / "sweep_summary.csv", index=False)
-    (out / "best.toml").write_text(config.replace(**result.best).to_toml())
+    atomic_write_text(out / "sweep.csv", result.runs.to_csv(index=False))
+    atomic_write_text(out / "sweep_summary.csv", result.summary.to_csv(index=False))
+    atomic_write_text(out / "best.toml", config.replace(**result.best).to_toml())
     runs = len(result.runs)
     print(f"\n{runs} runs x {config.total_env_steps:,} env steps in {result.seconds:.1f} s "
           f"(compile included): {runs * config.total_env_steps / result.seconds:,.0f} env steps/s")
-    _print_table(result.summary)
+    print_frame(result.summary)
     print(f"best: {result.best}; wrote {out / 'sweep.csv'}, {out / 'sweep_summary.csv'}, {out / 'best.toml'}")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--task", type=_task, default=None, help="task number or env id (default: the config's)")
-    p.add_argument("--config", default=None, help="TOML file or shipped name (default: ppo_task<N>)")
+def _config_options(p: argparse.ArgumentParser) -> None:
+    """Options that pick and override a training config (train, sweep)."""
+    p.add_argument("--task", type=task_id, default=None,
+                   help="task number or env id (default: the config's; without --config, task 1)")
+    p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
-    p.add_argument("--updates", type=_positive_int, default=None, help="override num_updates")
+    p.add_argument("--updates", type=positive_int, default=None, help="override num_updates")
     p.add_argument("--seed", type=int, default=None, help="override the training seed")
     p.add_argument("--eval-seed", type=int, default=0, help="seed of the held-out evaluation episodes")
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add `train`, `eval` and `sweep` to the `inferencegym` subcommands."""
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `train`, `eval` and `sweep` subcommands."""
     p = sub.add_parser("train", help="train PPO on a task, then grade it against every baseline")
-    _common(p)
+    _config_options(p)
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.msgpack")
-    p.add_argument("--eval-episodes", type=_positive_int, default=None, help="held-out episodes (default: config)")
+    p.add_argument("--eval-episodes", type=positive_int, default=None, help="held-out episodes (default: config)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("eval", help="grade a saved policy against every baseline")
     p.add_argument("--checkpoint", required=True, help="run directory with checkpoint.msgpack")
-    p.add_argument("--episodes", type=_positive_int, default=256)
+    p.add_argument("--episodes", type=positive_int, default=256)
     p.add_argument("--eval-seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("sweep", help="vmapped sweep over traced hyperparameters and seeds")
-    _common(p)
+    _config_options(p)
     p.add_argument("--grid", action="append", required=True, metavar="NAME=V1,V2,...", help="repeatable")
-    p.add_argument("--seeds", type=_positive_int, default=4)
-    p.add_argument("--episodes", type=_positive_int, default=64, help="held-out episodes per run")
+    p.add_argument("--seeds", type=positive_int, default=4)
+    p.add_argument("--episodes", type=positive_int, default=64, help="held-out episodes per run")
     p.add_argument("--out", required=True)
     p.set_defaults(func=cmd_sweep)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from inferencegym_jax.cli import main
-
-    main(sys.argv[1:])
