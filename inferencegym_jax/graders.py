@@ -109,7 +109,7 @@ def load_constants(task_id: str) -> dict[str, Any]:
 def grader_name(task_id: str) -> str:
     from inferencegym_jax.tasks import task_config
 
-    return task_config(task_id)["grader"]
+    return task_config(task_id).grader
 
 
 def _get(traj: Any, name: str) -> Any:

@@ -46,6 +46,9 @@ REQUEST_OVERHEAD_S = 0.020
 # it at a 1,024-token context, then uses the same software overhead on every GPU.
 TPOT_ANCHOR_S = 6.48e-3
 TPOT_ANCHOR_CONTEXT = 1024
+# Models the calibrated profiles serve (profiles.MODELS also holds Llama-2-7B, whose only use is
+# reading the H100 kernel profile in the calibration fit).
+SERVED_MODELS: tuple[str, ...] = ("llama-3-8b",)
 
 
 @struct.dataclass
@@ -179,8 +182,8 @@ def get_profile(
     Raises:
       ValueError: an unknown name; the message lists the valid ones.
     """
-    if model not in ("llama-3-8b",):
-        raise ValueError(f"model={model!r} is not one of ['llama-3-8b']")
+    if model not in SERVED_MODELS:
+        raise ValueError(f"model={model!r} is not one of {list(SERVED_MODELS)}")
     return build_profile(gpu, model, quant, draft, load_calibration())
 
 

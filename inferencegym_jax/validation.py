@@ -1,13 +1,200 @@
-"""Host-side checks of concrete env params: ValueError naming the field and its allowed range."""
+"""One validator for everything a user sets: typed, documented fields with physical ranges.
+
+A config schema is a frozen dataclass whose fields carry a `Spec` (`number`, `integer`,
+`vector`, `choice`, `text`, `names`, or a nested schema dataclass): `parse(raw, schema)` turns a
+mapping (a TOML table with the user's overrides merged in) into an instance, or raises
+ValueError naming the key the user typed (`workload.prompt.high`), its value and what is
+allowed. `check_params` applies the same kind of checks to a concrete `env.EnvParams` built by
+hand, leaf by leaf.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.workload import SCHEDULES
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What one field accepts.
+
+    Attributes:
+      kind: "number", "integer", "vector", "choice", "text" or "names".
+      doc: what the field is.
+      unit: its unit ("" for a pure number).
+      low, high: bounds of a number (or of each entry of a vector).
+      low_open: whether `low` itself is excluded.
+      length: entries of a vector.
+      options: allowed values of a choice, or of the entries of a names list.
+      optional: the field may be absent (None); its schema's `check` says when it is required.
+    """
+
+    kind: str
+    doc: str
+    unit: str = ""
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    length: int = 0
+    options: tuple[str, ...] = ()
+    optional: bool = False
+
+    def allowed(self) -> str:
+        """The allowed values, for error messages."""
+        if self.kind == "choice":
+            return f"one of {list(self.options)}"
+        if self.kind == "names":
+            return f"a list of distinct names from {list(self.options)}"
+        if self.kind == "text":
+            return "a string"
+        what = {"number": "a finite number", "integer": "an integer",
+                "vector": f"a list of {self.length} finite numbers, each"}[self.kind]
+        unit = f" [{self.unit}]" if self.unit else ""
+        return f"{what} in {'(' if self.low_open else '['}{_num(self.low)}, {_num(self.high)}]{unit}"
+
+
+def _num(x: float) -> str:
+    """A bound as written: 1000000, 0.5, 1e+30."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e12 else f"{x:g}"
+
+
+def _field(spec: Spec) -> Any:
+    return dataclasses.field(default=None if spec.optional else dataclasses.MISSING, metadata={"spec": spec})
+
+
+def number(unit: str, low: float, high: float, doc: str, *, low_open: bool = False, optional: bool = False) -> Any:
+    """A finite real in [low, high] ((low, high] with low_open), in `unit`."""
+    return _field(Spec("number", doc, unit, low, high, low_open, optional=optional))
+
+
+def integer(unit: str, low: int, high: int, doc: str, *, optional: bool = False) -> Any:
+    """An integer in [low, high]."""
+    return _field(Spec("integer", doc, unit, low, high, optional=optional))
+
+
+def vector(unit: str, length: int, low: float, high: float, doc: str, *, low_open: bool = False) -> Any:
+    """A list of `length` finite reals, each in [low, high]."""
+    return _field(Spec("vector", doc, unit, low, high, low_open, length=length))
+
+
+def choice(options: Sequence[str], doc: str, *, optional: bool = False) -> Any:
+    """One of `options`."""
+    return _field(Spec("choice", doc, options=tuple(options), optional=optional))
+
+
+def text(doc: str, *, optional: bool = False) -> Any:
+    """Any string."""
+    return _field(Spec("text", doc, optional=optional))
+
+
+def names(options: Sequence[str], doc: str) -> Any:
+    """A list of distinct names from `options`."""
+    return _field(Spec("names", doc, options=tuple(options)))
+
+
+def _fail(key: str, value: Any, spec: Spec) -> ValueError:
+    return ValueError(f"{key}={value!r}: must be {spec.allowed()}")
+
+
+def _in_range(x: float, spec: Spec) -> bool:
+    return math.isfinite(x) and (spec.low < x if spec.low_open else spec.low <= x) and x <= spec.high
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_value(key: str, value: Any, spec: Spec) -> Any:
+    """`value` converted to the field's type (float, int, tuple, str), or ValueError naming `key`."""
+    if spec.kind == "number":
+        if not _is_number(value) or not _in_range(float(value), spec):
+            raise _fail(key, value, spec)
+        return float(value)
+    if spec.kind == "integer":
+        if isinstance(value, bool) or not isinstance(value, int) or not spec.low <= value <= spec.high:
+            raise _fail(key, value, spec)
+        return value
+    if spec.kind == "vector":
+        if (not isinstance(value, (list, tuple)) or len(value) != spec.length
+                or not all(_is_number(v) and _in_range(float(v), spec) for v in value)):
+            raise _fail(key, value, spec)
+        return tuple(float(v) for v in value)
+    if spec.kind == "choice":
+        if value not in spec.options:
+            raise _fail(key, value, spec)
+        return value
+    if spec.kind == "names":
+        if (not isinstance(value, (list, tuple)) or len(set(value)) != len(value)
+                or not all(v in spec.options for v in value)):
+            raise _fail(key, value, spec)
+        return tuple(value)
+    if not isinstance(value, str):
+        raise _fail(key, value, spec)
+    return value
+
+
+def nested_schema(annotation: Any) -> type | None:
+    """The dataclass type of a nested-schema field (`LengthConfig` or `LengthConfig | None`)."""
+    candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    return next((c for c in candidates if dataclasses.is_dataclass(c)), None)
+
+
+def parse(raw: Mapping[str, Any], schema: type, path: str = "") -> Any:
+    """An instance of the schema dataclass from a mapping; ValueError names the offending key.
+
+    Unknown keys and missing required keys are errors; optional fields absent from `raw` are
+    None. A schema may define `check(self, path)` for rules across fields (called last).
+    """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{path.rstrip('.') or 'config'} must be a table of keys, got {raw!r}")
+    hints = typing.get_type_hints(schema)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ValueError(f"unknown config key {path + unknown[0]!r}; allowed in {path.rstrip('.') or 'a task'}: "
+                         f"{sorted(fields)}")
+    values = {}
+    for name, f in fields.items():
+        key = path + name
+        if name not in raw:
+            if f.default is dataclasses.MISSING:
+                raise ValueError(f"config key {key!r} is missing")
+            continue
+        nested = nested_schema(hints[name])
+        if nested is not None:
+            values[name] = parse(raw[name], nested, key + ".")
+        else:
+            values[name] = check_value(key, raw[name], f.metadata["spec"])
+    instance = schema(**values)
+    if hasattr(instance, "check"):
+        instance.check(path)
+    return instance
+
+
+def describe(schema: type, path: str = "") -> list[tuple[str, str, str]]:
+    """(key, allowed values, doc) for every field of a schema, nested ones expanded."""
+    hints = typing.get_type_hints(schema)
+    rows = []
+    for f in dataclasses.fields(schema):
+        nested = nested_schema(hints[f.name])
+        if nested:
+            rows.extend(describe(nested, path + f.name + "."))
+        else:
+            spec = f.metadata["spec"]
+            rows.append((path + f.name, spec.allowed() + (" (optional)" if spec.optional else ""), spec.doc))
+    return rows
+
+
+# ----------------------------------------------------------------------------- concrete params
 
 
 def _check_all(prefix: str, checks: list[tuple[str, Any, Any, str]]) -> None:
@@ -35,7 +222,7 @@ def check_workload(params: Any) -> None:
 
 
 def check_params(params: Any) -> None:
-    """Checks of a concrete `env.EnvParams`."""
+    """Checks of a concrete `env.EnvParams` (built by `tasks.make` or by hand)."""
     check_workload(params.workload)
     s = params.server
     _check_all("", [

@@ -24,7 +24,7 @@ def test_unknown_env_id_lists_registered_ids():
 
 
 def test_negative_arrival_rate():
-    with pytest.raises(ValueError, match=r"base_rate.*>= 0"):
+    with pytest.raises(ValueError, match=r"workload.base_rate=-1.0: must be a finite number in \(0, 10000\] \[req/s\]"):
         ig.make("InferenceGym-Task1-v0", workload={"base_rate": -1.0})
 
 

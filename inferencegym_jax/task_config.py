@@ -1,0 +1,161 @@
+"""The schema of a task file (configs/tasks/*.toml): one dataclass per table, every field typed,
+documented, with its unit and physical range (`validation.parse` checks a file against it).
+
+Fields a task's traffic does not use are left out of its file: a schedule or a length
+distribution names the fields it needs (`REQUIRED`), and a field it does not use is an error,
+so that nothing in a file is silently ignored. `tasks.build_params` fills the unused leaves of
+the params pytree with inert values.
+
+Ranges are what the physics stays finite and meaningful in (float32 included), not taste:
+token counts up to 131,072 (the longest context of current open models, Llama 3.1), lognormal
+sigmas up to 3 (a p99 1,000x the median; fits of ShareGPT and LMSYS lengths give 0.8-1.5, and
+float32 moments of the clamped lognormal stay finite far beyond 3), times up to an hour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from inferencegym_jax.actions import KNOB_RANGES, KNOBS
+from inferencegym_jax.perf_model import SERVED_MODELS
+from inferencegym_jax.profiles import DRAFTS, GPUS
+from inferencegym_jax.validation import choice, integer, names, number, text, vector
+from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
+
+MAX_TOKENS = 131072.0  # [tokens] longest context of current open models (Llama 3.1: 128 k)
+MAX_SIGMA = 3.0  # log-space standard deviation of a length distribution
+HOUR_S = 3600.0  # [s]
+
+
+def _require(path: str, owner: str, value: str, config: object, required: tuple[str, ...], optional: tuple[str, ...]):
+    """ValueError for a field `value` (of `owner`) needs and lacks, or sets and does not use."""
+    for f in optional:
+        present = getattr(config, f) is not None
+        if f in required and not present:
+            raise ValueError(f"config key {path + f!r} is missing: {owner}={value!r} needs {list(required)}")
+        if f not in required and present:
+            raise ValueError(f"config key {path + f!r} is not used by {owner}={value!r} (it uses {list(required)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class LengthConfig:
+    """A distribution of tokens per request (prompt or output), the same for every class."""
+
+    kind: str = choice(tuple(LENGTH_KINDS), "uniform on [low, high]; lognormal (median1, sigma1) or a two-lognormal "
+                                           "mixture (weight2 of the second), clamped to [low, high]")
+    low: float = number("tokens", 1, MAX_TOKENS, "lower bound (uniform start or clamp)")
+    high: float = number("tokens", 1, MAX_TOKENS, "upper bound (uniform end or clamp)")
+    median1: float | None = number("tokens", 1, MAX_TOKENS, "median of the (first) lognormal", optional=True)
+    sigma1: float | None = number("", 0, MAX_SIGMA, "log-space std of the (first) lognormal", low_open=True,
+                                  optional=True)
+    median2: float | None = number("tokens", 1, MAX_TOKENS, "median of the second lognormal", optional=True)
+    sigma2: float | None = number("", 0, MAX_SIGMA, "log-space std of the second lognormal", low_open=True,
+                                  optional=True)
+    weight2: float | None = number("", 0, 1, "probability of the second lognormal", optional=True)
+
+    REQUIRED = {"uniform": (), "lognormal": ("median1", "sigma1"),
+                "bimodal": ("median1", "sigma1", "median2", "sigma2", "weight2")}
+
+    def check(self, path: str) -> None:
+        if self.low > self.high:
+            raise ValueError(f"config keys {path}low={self.low:g} and {path}high={self.high:g}: need low <= high")
+        _require(path, f"{path}kind", self.kind, self, self.REQUIRED[self.kind], self.REQUIRED["bimodal"])
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerConfig:
+    """The serving engine and the SLOs."""
+
+    dt_s: float = number("s", 0, HOUR_S, "control interval", low_open=True)
+    num_age_buckets: int = integer("intervals", 2, 1024, "queue ages tracked; also the client timeout")
+    ttft_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, 0, HOUR_S, "time-to-first-token SLO per priority class",
+                                           low_open=True)
+    tpot_slo_s: float = number("s", 0, 10, "time-per-output-token SLO", low_open=True)
+    memory_limit_gb: float = number("GB", 0, 1000, "memory above which the engine runs out of memory",
+                                    low_open=True)
+    max_batched_tokens: float = number("tokens", 1, MAX_TOKENS * 8, "tokens per engine step with chunked prefill")
+    kv_watermark: float = number("", 0, 0.5, "fraction of KV blocks kept free at admission")
+    restart_s: float = number("s", 0, HOUR_S, "engine restart after a weight change or an out-of-memory")
+    prefill_start_s: float = number("s", 0, HOUR_S, "start of a prefill engine on a second GPU after its weight load")
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkloadConfig:
+    """The traffic: an arrival schedule, the class mix, and length distributions or a trace."""
+
+    schedule: str = choice(SCHEDULES, "constant, periodic bursts, Markov-modulated bursts, or trace replay")
+    class_mix: tuple[float, ...] = vector("", NUM_CLASSES, 0, 1, "fraction of requests per priority class")
+    base_rate: float | None = number("req/s", 0, 1e4, "mean arrival rate outside bursts", low_open=True,
+                                     optional=True)
+    burst_multiplier: float | None = number("", 1, 1000, "rate factor during a burst", optional=True)
+    burst_period_s: float | None = number("s", 0, 1e6, "period of periodic bursts", low_open=True, optional=True)
+    burst_duration_s: float | None = number("s", 0, 1e6, "burst length (periodic) or mean burst length (mmpp)",
+                                            low_open=True, optional=True)
+    burst_gap_s: float | None = number("s", 0, 1e6, "mean time between mmpp bursts", low_open=True, optional=True)
+    trace: str | None = text("trace per class, 'class0,class1,class2' (inferencegym_jax.traces)", optional=True)
+    trace_keep_one_in: int | None = integer("", 1, 10**6, "keep every n-th request of the trace", optional=True)
+    prompt: LengthConfig | None = None
+    output: LengthConfig | None = None
+
+    REQUIRED = {
+        "constant": ("base_rate", "prompt", "output"),
+        "periodic": ("base_rate", "burst_multiplier", "burst_period_s", "burst_duration_s", "prompt", "output"),
+        "mmpp": ("base_rate", "burst_multiplier", "burst_duration_s", "burst_gap_s", "prompt", "output"),
+        "trace": ("trace", "trace_keep_one_in"),
+    }
+    OPTIONAL = ("base_rate", "burst_multiplier", "burst_period_s", "burst_duration_s", "burst_gap_s", "trace",
+                "trace_keep_one_in", "prompt", "output")
+
+    def check(self, path: str) -> None:
+        if abs(sum(self.class_mix) - 1.0) > 1e-4:
+            raise ValueError(f"config key {path}class_mix={list(self.class_mix)}: must sum to 1")
+        _require(path, f"{path}schedule", self.schedule, self, self.REQUIRED[self.schedule], self.OPTIONAL)
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardConfig:
+    """The per-interval reward (inferencegym_jax.reward)."""
+
+    weights: tuple[float, ...] = vector("", 5, 0, 10, "alpha (goodput), beta (TTFT), gamma (SLO violations), "
+                                                      "delta (cost), epsilon (knob changes)")
+    cost_budget_per_1k: float = number("$ per 1k output tokens", 0, 1000, "cost budget", low_open=True)
+
+
+def _knob(name: str) -> object:
+    lo, hi = KNOB_RANGES[KNOBS.index(name)]
+    return number("", lo, hi, f"{name} of the default configuration (actions.KNOB_RANGES)")
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionConfig:
+    """A configuration of the five knobs in physical units (actions.ServingAction)."""
+
+    kv_budget: float = _knob("kv_budget")
+    spec_length: float = _knob("spec_length")
+    batch_size: float = _knob("batch_size")
+    prefill_disagg: float = _knob("prefill_disagg")
+    quant_tier: float = _knob("quant_tier")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+    """A whole task file."""
+
+    id: str = text("versioned env id, InferenceGym-<Name>-v<N>")
+    name: str = text("human-readable name")
+    difficulty: str = choice(("easy", "medium", "hard"), "difficulty label")
+    grader: str = text("grader of the task (inferencegym_jax.graders.GRADER_WEIGHTS)")
+    gpu: str = choice(tuple(GPUS), "accelerator profile (inferencegym_jax.profiles)")
+    model: str = choice(SERVED_MODELS, "served model")
+    draft: str = choice(tuple(DRAFTS), "speculative draft method")
+    active_knobs: tuple[str, ...] = names(KNOBS, "the knobs the agent controls")
+    max_steps: int = integer("intervals", 1, 10**6, "horizon of an episode")
+    default_action: ActionConfig = None  # type: ignore[assignment]  (required: see parse)
+    server: ServerConfig = None  # type: ignore[assignment]
+    workload: WorkloadConfig = None  # type: ignore[assignment]
+    reward: RewardConfig = None  # type: ignore[assignment]
+
+    def check(self, path: str) -> None:
+        for table in ("default_action", "server", "workload", "reward"):
+            if getattr(self, table) is None:
+                raise ValueError(f"config table {table!r} is missing")
