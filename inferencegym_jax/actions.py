@@ -21,7 +21,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import struct
 
 from inferencegym_jax.profiles import QUANT_TIERS, SPEC_LENGTHS
@@ -75,44 +74,6 @@ def indices_from_action(action: ServingAction) -> jax.Array:
     out = [jnp.argmin(jnp.abs(vector[..., i, None] - jnp.asarray(g, jnp.float32)), axis=-1)
            for i, g in enumerate(GRID)]
     return jnp.stack(out, axis=-1).astype(jnp.int32)
-
-
-def _is_concrete(x: Any) -> bool:
-    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(x))
-
-
-def check_action(action: Any) -> None:
-    """Host-side validation: ValueError naming the knob and its allowed range.
-
-    Shapes and dtypes are static and always checked (at trace time too); values only when the
-    action is concrete, i.e. outside jit. Inside jit actions are clipped instead.
-    """
-    if isinstance(action, ServingAction):
-        for name, (lo, hi) in zip(KNOBS, KNOB_RANGES):
-            value = getattr(action, name)
-            if jnp.shape(value) != ():
-                raise ValueError(f"action.{name} must be a scalar, got shape {jnp.shape(value)}")
-            if _is_concrete(value):
-                v = float(value)
-                if not (lo <= v <= hi):
-                    raise ValueError(f"action.{name}={v} is outside its range [{lo}, {hi}]")
-        return
-    shape = jnp.shape(action)
-    dtype = jnp.result_type(action) if hasattr(action, "dtype") else np.asarray(action).dtype
-    if shape != (len(KNOBS),):
-        raise ValueError(
-            f"action must be an int vector of shape ({len(KNOBS)},) (grid indices of {KNOBS}) "
-            f"or a ServingAction, got shape {shape}"
-        )
-    if not jnp.issubdtype(dtype, jnp.integer):
-        raise ValueError(f"action must have an integer dtype (grid indices), got {dtype}")
-    if _is_concrete(action):
-        values = np.asarray(action)
-        for i, name in enumerate(KNOBS):
-            if not 0 <= values[i] < GRID_SIZES[i]:
-                raise ValueError(
-                    f"action[{i}] ({name}) = {int(values[i])} is outside its range [0, {GRID_SIZES[i] - 1}]"
-                )
 
 
 def clip_action(action: Any, default: ServingAction, active: tuple[bool, ...]) -> tuple[ServingAction, jax.Array]:

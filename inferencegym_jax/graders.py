@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from inferencegym_jax import validation
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams
 from inferencegym_jax.package_files import shipped
@@ -129,7 +130,8 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
         for leaf_path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
             where = name + jax.tree_util.keystr(leaf_path)
             if jnp.ndim(leaf) < rank:
-                raise ValueError(f"trajectory.{where} must have leading axes (episodes, time), got shape {jnp.shape(leaf)}")
+                raise ValueError(f"trajectory.{where} must have leading axes (episodes, time), "
+                                 f"got shape {jnp.shape(leaf)}")
             shapes[where] = tuple(jnp.shape(leaf)[:2])
     metrics = _get(trajectory, "metrics")
     for field in METRIC_FIELDS:
@@ -142,7 +144,8 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
     lead = shapes["valid"]
     for where, shape in shapes.items():
         if shape != lead:
-            raise ValueError(f"trajectory.{where} has leading shape {shape}, expected {lead} (episodes, time) like valid")
+            raise ValueError(f"trajectory.{where} has leading shape {shape}, expected {lead} (episodes, time) "
+                             "like valid")
     return lead
 
 
@@ -246,7 +249,7 @@ def grade(trajectory: Any, params: EnvParams, task_id: str) -> Grade:
     Raises:
       ValueError: a missing field or a wrong shape (named), or a task without constants.
     """
-    if not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(trajectory)):
+    if validation.is_concrete(trajectory):
         check_trajectory(trajectory)
     consts = load_constants(task_id)
     return grade_episodes(trajectory, params, grader_name(task_id), consts["x_random"], consts["x_optimum"])

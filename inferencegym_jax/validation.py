@@ -17,9 +17,11 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax.actions import KNOBS
+from inferencegym_jax.actions import GRID_SIZES, KNOB_RANGES, KNOBS, ServingAction
 from inferencegym_jax.workload import SCHEDULES
 
 
@@ -195,6 +197,48 @@ def describe(schema: type, path: str = "") -> list[tuple[str, str, str]]:
 
 
 # ----------------------------------------------------------------------------- concrete params
+
+
+def is_concrete(tree: Any) -> bool:
+    """Whether every leaf of `tree` is a concrete value (not a tracer): host-side checks of
+    values run only then, outside jit."""
+    return not any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
+
+
+def check_action(action: Any) -> None:
+    """Host-side validation: ValueError naming the knob and its allowed range.
+
+    Shapes and dtypes are static and always checked (at trace time too); values only when the
+    action is concrete, i.e. outside jit. Inside jit actions are clipped instead.
+    """
+    if isinstance(action, ServingAction):
+        for name, (lo, hi) in zip(KNOBS, KNOB_RANGES):
+            value = getattr(action, name)
+            if jnp.shape(value) != ():
+                raise ValueError(f"action.{name} must be a scalar, got shape {jnp.shape(value)}")
+            if is_concrete(value):
+                v = float(value)
+                if not (lo <= v <= hi):
+                    raise ValueError(f"action.{name}={v} is outside its range [{lo}, {hi}]")
+        return
+    shape = jnp.shape(action)
+    dtype = jnp.result_type(action) if hasattr(action, "dtype") else np.asarray(action).dtype
+    if shape != (len(KNOBS),):
+        raise ValueError(
+            f"action must be an int vector of shape ({len(KNOBS)},) (grid indices of {KNOBS}) "
+            f"or a ServingAction, got shape {shape}"
+        )
+    if not jnp.issubdtype(dtype, jnp.integer):
+        raise ValueError(f"action must have an integer dtype (grid indices), got {dtype}")
+    if is_concrete(action):
+        values = np.asarray(action)
+        for i, name in enumerate(KNOBS):
+            if not 0 <= values[i] < GRID_SIZES[i]:
+                raise ValueError(
+                    f"action[{i}] ({name}) = {int(values[i])} is outside its range [0, {GRID_SIZES[i] - 1}]"
+                )
+
+
 
 
 def _check_all(prefix: str, checks: list[tuple[str, Any, Any, str]]) -> None:

@@ -108,7 +108,8 @@ def power(x: Array, p: Array) -> Array:
 
 
 def binned_quantiles(low: Array, high: Array, weights: Array, qs: tuple[float, ...]) -> tuple[Array, ...]:
-    """Quantiles of a mixture of uniform bins with `weights` (1-D, bins in order).
+    """Quantiles of a mixture of uniform bins with `weights` (1-D, bins in order; each bin's
+    mass is placed after the previous bin's, which is exact for disjoint bins).
 
     Masked maxima instead of a cummax, search or gather, which XLA:CPU runs several times
     slower under vmap. Bin i spans [max(low[:i+1]), max(high[:i+1], that)] (running maxima keep
