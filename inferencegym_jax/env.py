@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from inferencegym_jax import observation, sampling, serving, spaces, validation, workload
-from inferencegym_jax.actions import GRID_SIZES, KNOBS, ServingAction, check_action, clip_action
+from inferencegym_jax.actions import GRID_SIZES, KNOBS, ServingAction, clip_action
 from inferencegym_jax.observation import OBS_SIZE, Observation
 from inferencegym_jax.reward import RewardParams, reward
 
@@ -83,10 +83,6 @@ class EnvState:
     last: serving.IntervalMetrics
 
 
-def _is_concrete(tree: Any) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(tree))
-
-
 class InferenceGymEnv:
     """LLM inference-serving control (see the module docstring and README for the tables)."""
 
@@ -127,7 +123,7 @@ class InferenceGymEnv:
     def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[Observation, EnvState]:
         """A fresh episode from `key`; concrete params are checked first (ValueError)."""
         params = params or self._default_params
-        if _is_concrete(params):
+        if validation.is_concrete(params):
             validation.check_params(params)
         return self.reset_env(key, params)
 
@@ -152,7 +148,7 @@ class InferenceGymEnv:
           ValueError: outside jit, for an action of the wrong shape, dtype or range.
         """
         params = params or self._default_params
-        check_action(action)
+        validation.check_action(action)
         u = sampling.uniforms(key, DRAWS_PER_STEP)
         obs, state_next, reward_, terminated, truncated, info = self._transition(u, state, action, params)
         obs_reset, state_reset = self._reset_from_uniforms(u[workload.STEP_DRAWS:], params)
@@ -169,7 +165,7 @@ class InferenceGymEnv:
     ) -> tuple[Observation, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
         """One control interval without auto-reset or host-side checks (the transition `step`
         makes for the same key)."""
-        return self._transition(sampling.uniforms(key, workload.STEP_DRAWS), state, action, params)
+        return self._transition(sampling.uniforms(key, DRAWS_PER_STEP), state, action, params)
 
     def _reset_from_uniforms(self, u: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
         horizon_s = params.max_steps_in_episode * params.server.dt_s

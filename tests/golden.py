@@ -3,7 +3,7 @@
     python tests/golden.py            # (re)record tests/data/golden.npz from the installed package
     python tests/golden.py --check    # compare with the file; print the largest deviations
 
-`record()` uses only the public surface (`make`, `reset`, `step`, `flatten_observation`,
+The recorders (`sections()`) use only the public surface (`make`, `reset`, `step`, `flatten_observation`,
 `info["metrics"]`, `evaluate.run_episodes`, `training.make_train`), so the same code records
 before and after a refactor. `tests/test_golden.py` compares a fresh recording with the file:
 a behaviour-preserving change keeps it green; a deliberate change of numbers re-records it in a
@@ -154,14 +154,6 @@ def sections() -> dict[str, object]:
     return out
 
 
-def record() -> dict[str, np.ndarray]:
-    """Every golden array, keyed "<section>/<task>/<field path>"."""
-    out: dict[str, np.ndarray] = {}
-    for fn in sections().values():
-        out.update(fn())
-    return out
-
-
 def stored_section(stored: dict[str, np.ndarray], section: str) -> dict[str, np.ndarray]:
     """The stored arrays a section records (by key prefix)."""
     kind, name = section.split("-", 1)
@@ -204,18 +196,31 @@ def load() -> dict[str, np.ndarray]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the stored file instead of writing it")
+    parser.add_argument("--sections", nargs="+", choices=sorted(sections()), default=None,
+                        help="only these sections (with --check: compare them; else: re-record them, keep the rest)")
     args = parser.parse_args(argv)
-    fresh = record()
+    chosen = sections() if args.sections is None else {name: sections()[name] for name in args.sections}
+    fresh: dict[str, np.ndarray] = {}
+    for fn in chosen.values():
+        fresh.update(fn())
     if args.check:
         stored = load()
+        if args.sections is not None:
+            stored = {k: v for name in args.sections for k, v in stored_section(stored, name).items()}
         problems = compare(fresh, stored)
         same = sum(1 for k in stored if k in fresh and np.array_equal(fresh[k], stored[k], equal_nan=True))
         print(f"{same} of {len(stored)} fields bit-identical")
         for p in problems:
             print(p)
         return 1 if problems else 0
+    if args.sections is not None:
+        kept = load()
+        for name in args.sections:
+            for key in stored_section(kept, name):
+                del kept[key]
+        fresh = {**kept, **fresh}
     FILE.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(FILE, **fresh)
+    np.savez_compressed(FILE, **dict(sorted(fresh.items())))
     print(f"wrote {FILE} ({len(fresh)} fields, {FILE.stat().st_size / 1e3:.0f} kB)")
     return 0
 

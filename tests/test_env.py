@@ -142,6 +142,18 @@ def test_info_carries_step_metrics_and_reward_components(task):
     np.testing.assert_allclose(float(reward), np.clip(float(expected), -1, 1), rtol=1e-5, atol=1e-6)
 
 
+def test_step_env_is_step_without_the_reset(task):
+    """One key-splitting convention: `step` and `step_env` make the same transition."""
+    env, params = task
+    key = jax.random.key(3)
+    _, state = env.reset(key, params)
+    action = env.action_space(params).sample(key)
+    stepped = jax.jit(env.step)(key, state, action, params)
+    plain = jax.jit(env.step_env)(key, state, action, params)
+    chex.assert_trees_all_close(stepped[:5], plain[:5], rtol=1e-6)
+    chex.assert_trees_all_close(stepped[5]["metrics"], plain[5]["metrics"], rtol=1e-6)
+
+
 def test_structured_action_is_accepted():
     env, params = ig.make("InferenceGym-Task3-v0")
     key = jax.random.key(0)
