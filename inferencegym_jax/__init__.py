@@ -23,7 +23,8 @@ _EXPORTS = {
     "make": "inferencegym_jax.tasks",
     "registered_envs": "inferencegym_jax.tasks",
 }
-__all__ = sorted(_EXPORTS)
+__all__ = ["KNOBS", "EnvParams", "EnvState", "InferenceGymEnv", "Observation", "ServingAction", "make",
+           "registered_envs"]
 
 if TYPE_CHECKING:
     from inferencegym_jax.actions import KNOBS, ServingAction

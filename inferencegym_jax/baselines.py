@@ -72,7 +72,7 @@ KV_HIGH, KV_LOW = 0.9, 0.4          # KV occupancy band: grow / shrink the cache
 MEMORY_HIGH = 0.9    # memory in use above this fraction of the limit: shrink the cache
 # Disaggregate when prefill of the mean load would take more than this share of one GPU.
 DISAGG_PREFILL_SHARE = 0.3
-# Speculation by running sequences: EAGLE pays off at small batch only (DESIGN.md anchors).
+# Speculation by running sequences: EAGLE pays off at small batch only (docs/DESIGN.md anchors).
 SPEC_BY_BATCH = ((16.0, 4.0), (48.0, 2.0), (96.0, 1.0))
 
 
@@ -169,12 +169,11 @@ def static_statistics(
     chunk = max(1, envs_per_call // num_episodes)
     pad = (-len(actions)) % chunk  # equal chunks: one compilation
     padded = np.concatenate([actions, np.repeat(actions[-1:], pad, axis=0)]) if pad else actions
-    parts = [
-        jax.tree_util.tree_map(np.asarray, _static_stats(env, params, jnp.asarray(padded[i:i + chunk]), keys, num_steps))
-        for i in range(0, len(padded), chunk)
-    ]
-    stats = {k: np.concatenate([p[k] for p in parts])[: len(actions)] for k in parts[0]}
-    return stats
+    parts = []
+    for i in range(0, len(padded), chunk):
+        stats = _static_stats(env, params, jnp.asarray(padded[i:i + chunk]), keys, num_steps)
+        parts.append(jax.tree_util.tree_map(np.asarray, stats))
+    return {k: np.concatenate([p[k] for p in parts])[: len(actions)] for k in parts[0]}
 
 
 def search_static(
@@ -223,7 +222,8 @@ def hindsight_static_scores(
     consts = graders.load_constants(task_id)
     grader = graders.grader_name(task_id)
     stats = static_statistics(env, params, static_grid(env, params), key, num_episodes)
-    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, consts["x_random"], consts["x_optimum"])
+    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, consts["x_random"],
+                               consts["x_optimum"])
     return np.asarray(graders.combine(comps, grader)).max(axis=0)
 
 

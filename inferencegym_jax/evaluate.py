@@ -141,7 +141,7 @@ def run_episodes(
         padded = count + (-count) % mesh.size
         keys = sharding.shard_leading(episode_keys(key, start, padded), mesh)
         out = _run_batch_sharded(env, params, policy, keys, num_steps, mesh)
-        chunks.append(jax.tree_util.tree_map(lambda x: x[:count], out))
+        chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], out))
     if len(chunks) == 1:
         return chunks[0]
     return jax.tree_util.tree_map(lambda *x: jnp.concatenate(x), *chunks)

@@ -31,7 +31,7 @@ Task graders (the `grader` key of each task config):
   "ttft_memory"  (task 2): ttft x memory. Memory compliance is a hard constraint that gates
     the latency score: a policy out of memory in 10 % of the intervals keeps 90 % of it.
   "multi_tenant" (task 3, 4): 0.40 throughput + 0.30 slo + 0.20 cost + 0.10 stability
-    (DESIGN.md's weights).
+    (docs/DESIGN.md's weights).
 """
 
 from __future__ import annotations

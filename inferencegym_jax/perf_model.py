@@ -14,7 +14,7 @@ after another, so their times add:
 
 with mem_bw = eta_bw * peak bandwidth and the FLOP rates = eta_f * peak, where eta_bw, eta_f and
 the knee sharpness p are fitted by `scripts/calibrate.py` on measured GEMM times
-(data/calibration.json). DESIGN.md's single max over the whole pass is the special case of one
+(data/calibration.json). docs/DESIGN.md's single max over the whole pass is the special case of one
 kernel; separate kernels cannot overlap memory-bound attention with compute-bound GEMMs.
 Because eta <= 1 and smoothmax >= max, no simulated time is below the peak-roofline floor.
 """
@@ -36,13 +36,13 @@ from inferencegym_jax.profiles import DRAFTS, GPUS, MODELS, PRECISIONS, SPEC_LEN
 Array = Any  # a jax or numpy array, or a Python scalar
 
 # Memory held outside weights and KV: CUDA context, activations, CUDA graphs, allocator slack
-# [B]. DESIGN.md: ~3 GB, which with 80e9 B of HBM gives 465 k KV tokens at kv_budget 1.0.
+# [B]. docs/DESIGN.md: ~3 GB, which with 80e9 B of HBM gives 465 k KV tokens at kv_budget 1.0.
 RESERVE_BYTES = 3e9
 # Per-request serving overhead on TTFT [s]: tokenisation, scheduling, detokenisation and the
-# HTTP path; DESIGN.md gives 10-40 ms, we take the geometric middle.
+# HTTP path; docs/DESIGN.md gives 10-40 ms, we take the geometric middle.
 REQUEST_OVERHEAD_S = 0.020
 # Decode-time anchor for the per-step overhead: vLLM at concurrency 1 on H100 SXM, Llama-3-8B,
-# 6.48 ms TPOT (DESIGN.md). scripts/calibrate.py sets step_overhead_s so that the model meets
+# 6.48 ms TPOT (docs/DESIGN.md). scripts/calibrate.py sets step_overhead_s so that the model meets
 # it at a 1,024-token context, then uses the same software overhead on every GPU.
 TPOT_ANCHOR_S = 6.48e-3
 TPOT_ANCHOR_CONTEXT = 1024
@@ -301,6 +301,6 @@ def kv_capacity_tokens(profile: Profile, kv_budget: Array) -> Array:
 def kv_transfer_time(profile: Profile, num_tokens: Array) -> Array:
     """Seconds to move the KV cache of `num_tokens` prompt tokens from the prefill GPU to the
     decode GPU over the node's link (disaggregated serving): tokens * kv_bytes_per_token /
-    kv_link_bw. DESIGN.md: a 1 k-token prompt is 131 MB, about 0.4 ms over NVLink."""
+    kv_link_bw. docs/DESIGN.md: a 1 k-token prompt is 131 MB, about 0.4 ms over NVLink."""
     n = jnp.asarray(num_tokens, jnp.float32)
     return (n * profile.kv_bytes_per_token / profile.kv_link_bw).astype(jnp.float32)

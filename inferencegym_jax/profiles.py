@@ -19,7 +19,7 @@ class GpuSpec:
     Attributes:
       name: registry key.
       hbm_bytes: HBM capacity [B]. 80e9 for both 80 GB parts: with 16.06 GB of BF16 weights
-        and a 3 GB reserve this gives DESIGN.md's anchor of ~465 k KV tokens at kv_budget 1.0.
+        and a 3 GB reserve this gives docs/DESIGN.md's anchor of ~465 k KV tokens at kv_budget 1.0.
       peak_hbm_bw: peak HBM bandwidth [B/s].
       peak_flops_bf16: dense BF16 tensor-core peak [FLOP/s].
       peak_flops_8bit: dense FP8 peak [FLOP/s], 0 where the GPU has no FP8 tensor cores and
@@ -45,7 +45,7 @@ class GpuSpec:
 # 600 GB/s bidirectional -> 300 GB/s each way; PCIe Gen4 x16 32 GB/s, ~25 GB/s achieved).
 # NVIDIA H100 SXM datasheet (3.35 TB/s HBM3, 989 TFLOP/s dense BF16, 1,979 TFLOP/s dense FP8;
 # NVLink4 900 GB/s bidirectional -> 450 GB/s each way; PCIe Gen5 x16 64 GB/s, ~50 GB/s achieved).
-# Prices: DESIGN.md (A100 ~2.74 $/h, H100 ~3.24 $/h on-demand cloud).
+# Prices: docs/DESIGN.md (A100 ~2.74 $/h, H100 ~3.24 $/h on-demand cloud).
 GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
         name="a100-80gb",
@@ -110,7 +110,7 @@ class ModelSpec:
 
 # Llama-3-8B: config.json of meta-llama/Meta-Llama-3-8B (32 layers, hidden 4096, 32 heads,
 # 8 KV heads, head dim 128, intermediate 14336, vocab 128256, untied embeddings). Parameter
-# split from DESIGN.md: 6.979 B linear, 0.525 B embedding, 0.525 B LM head (8.03 B in all);
+# split from docs/DESIGN.md: 6.979 B linear, 0.525 B embedding, 0.525 B LM head (8.03 B in all);
 # 6.979e9 = 32 * params_linear_per_layer to 4 digits. KV: 2*32*8*128*2 B = 131,072 B/token.
 # Llama-2-7B (used only to read the H100 Vidur profile): 32 layers, hidden 4096, 32 KV heads,
 # intermediate 11008, vocab 32000.
@@ -169,7 +169,7 @@ class PrecisionSpec:
 
 
 # INT4: 4 bits + one FP16 scale and one 4-bit zero point per group of 128 weights:
-# 0.5 + (2 + 0.5) / 128 = 0.5195 B ("about 0.52" in DESIGN.md).
+# 0.5 + (2 + 0.5) / 128 = 0.5195 B ("about 0.52" in docs/DESIGN.md).
 PRECISIONS: dict[str, PrecisionSpec] = {
     "fp16": PrecisionSpec("fp16", 2.0, False, 1.0, 0.0),
     "int8": PrecisionSpec("int8", 1.0, True, 0.8, 0.005),
@@ -195,7 +195,7 @@ class DraftSpec:
     draft_params: float
 
 
-# DESIGN.md calibration points: EAGLE-style drafts on chat data 1.66 / 2.04 / 2.39 / 2.61 and
+# docs/DESIGN.md calibration points: EAGLE-style drafts on chat data 1.66 / 2.04 / 2.39 / 2.61 and
 # n-gram (prompt lookup) drafts 1.24 / 1.34 / 1.43 / 1.49 tokens per verify step at k=1/2/4/8.
 # Acceptance depends on the workload, so each task picks its draft (`draft` in its TOML): EAGLE
 # where the traffic is chat (its acceptance was measured on chat data); n-gram lookup (vLLM's

@@ -1,6 +1,6 @@
 """The per-interval reward: R = alpha T - beta L - gamma V - delta C - epsilon S, clipped to [-1, 1].
 
-DESIGN.md's four terms plus an anti-thrashing term. Each is the per-interval analogue of a
+docs/DESIGN.md's four terms plus an anti-thrashing term. Each is the per-interval analogue of a
 grader component, so the reward an agent maximises is what it is graded on (tasks 3 and 4
 weight the terms as their grader weighs its components; configs/tasks/*.toml):
   T = goodput: output tokens of the requests admitted within their SLOs, quality-weighted

@@ -34,7 +34,7 @@ def test_calibration_file_is_not_stale():
 @pytest.mark.parametrize("gpu", ["a100-80gb", "h100-sxm"])
 def test_fitted_constants_are_physical_and_fit_well(gpu):
     cal = json.loads(_refit())["gpus"][gpu]
-    # DESIGN.md reads eta_bw ~0.77-0.78 and eta_f ~0.69-0.77 off the same profiles.
+    # docs/DESIGN.md reads eta_bw ~0.77-0.78 and eta_f ~0.69-0.77 off the same profiles.
     assert 0.7 <= cal["eta_bw"] <= 0.85
     assert 0.65 <= cal["eta_flops"] <= 0.8
     assert 1.0 <= cal["knee_sharpness"] <= 4.0

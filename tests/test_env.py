@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import rollout
 
 import inferencegym_jax as ig
 from inferencegym_jax.env import OBS_SIZE
-from helpers import rollout
 
 
 def test_registry_lists_three_versioned_tasks():
@@ -102,7 +102,7 @@ def test_vmapped_env_i_equals_single_env_with_key_i(task):
     batched = jax.jit(jax.vmap(lambda k: rollout(env, params, k, lambda t: action, steps)))(keys)
     for i in (0, 5):
         one = single(keys[i])
-        chex.assert_trees_all_close(jax.tree_util.tree_map(lambda x: x[i], batched), one, rtol=1e-4, atol=1e-4)
+        chex.assert_trees_all_close(jax.tree_util.tree_map(lambda x, i=i: x[i], batched), one, rtol=1e-4, atol=1e-4)
 
 
 def test_action_space_sample_is_accepted_and_masks_inactive_knobs():

@@ -1,4 +1,4 @@
-"""The performance model against published measurements (DESIGN.md's calibration points and
+"""The performance model against published measurements (docs/DESIGN.md's calibration points and
 the shipped kernel profiles), the physical floors, and docs/FIDELITY.md being up to date.
 
 The anchors are defined once, in inferencegym_jax.generate.fidelity, which also renders the
@@ -62,7 +62,7 @@ def _kernels(profile: perf_model.Profile) -> perf_model.Profile:
 
 
 def test_design_kernel_anchors_directly():
-    # DESIGN.md: A100 single-sequence decode 9.7 ms and 1,024-token prefill 75 ms (linear and
+    # docs/DESIGN.md: A100 single-sequence decode 9.7 ms and 1,024-token prefill 75 ms (linear and
     # elementwise ops of 32 layers, Vidur); H100 1,024-token prefill about 22.7 ms. 10 %.
     assert abs(float(perf_model.decode_step_time(_kernels(A100), 1, 0)) / 9.7e-3 - 1) < 0.10
     assert abs(float(perf_model.prefill_time(_kernels(A100), 1024)) / 75e-3 - 1) < 0.10
@@ -84,7 +84,7 @@ def test_kv_capacity_and_acceptance_tables_directly():
 
 
 def test_kv_transfer_of_a_1k_prompt():
-    # DESIGN.md: 131 MB, about 0.4 ms over NVLink (A100's 300 GB/s per direction).
+    # docs/DESIGN.md: 131 MB, about 0.4 ms over NVLink (A100's 300 GB/s per direction).
     t = float(perf_model.kv_transfer_time(A100, 1000))
     assert abs(1000 * float(A100.kv_bytes_per_token) / 131e6 - 1) < 0.01
     assert abs(t / 0.4e-3 - 1) < 0.20

@@ -7,10 +7,9 @@ file (`python tests/golden.py`) in a commit of its own that says why.
 
 from __future__ import annotations
 
+import golden
 import numpy as np
 import pytest
-
-import golden
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +22,8 @@ def test_section_matches_the_golden_file(section, stored):
     want = golden.stored_section(stored, section)
     assert want, f"no stored arrays for section {section}"
     problems = golden.compare(golden.sections()[section](), want)
-    assert not problems, "\n".join(problems[:20]) + "\n(re-record with `python tests/golden.py` only for a deliberate change)"
+    hint = "\n(re-record with `python tests/golden.py --sections ...` only for a deliberate change)"
+    assert not problems, "\n".join(problems[:20]) + hint
 
 
 def test_compare_catches_a_change():

@@ -139,7 +139,8 @@ def test_scores_discriminate_random_default_best_static(task_id):
     env, params = ig.make(task_id)
     key = evaluate.evaluation_key(1)
     pol = baselines.baseline_policies(env, params, task_id)
-    res = {n: evaluate.evaluate(env, params, pol[n], key, EPISODES, task_id).scores for n in ("random", "vllm_default", "best_static")}
+    res = {n: evaluate.evaluate(env, params, pol[n], key, EPISODES, task_id).scores
+           for n in ("random", "vllm_default", "best_static")}
     for worse, better in (("random", "vllm_default"), ("vllm_default", "best_static")):
         diff = res[better] - res[worse]
         assert diff.mean() - evaluate.confidence_interval_95(diff) > 0, (task_id, worse, better, diff.mean())

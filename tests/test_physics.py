@@ -6,11 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import rollout
 
 import inferencegym_jax as ig
 from inferencegym_jax import perf_model
 from inferencegym_jax.profiles import GPUS, MODELS, PRECISIONS
-from helpers import rollout
 
 A100 = perf_model.get_profile("a100-80gb")
 H100 = perf_model.get_profile("h100-sxm")
@@ -30,7 +30,7 @@ def test_profiles_are_vmappable_pytrees():
 
 
 def test_kv_capacity_matches_design_anchor():
-    # DESIGN.md: BF16 on 80 GB, about 46 k tokens at kv_budget 0.1 and 465 k at 1.0.
+    # docs/DESIGN.md: BF16 on 80 GB, about 46 k tokens at kv_budget 0.1 and 465 k at 1.0.
     assert abs(float(perf_model.kv_capacity_tokens(A100, 1.0)) - 465e3) / 465e3 < 0.01
     assert abs(float(perf_model.kv_capacity_tokens(A100, 0.1)) - 46.5e3) / 46.5e3 < 0.01
     int4 = perf_model.get_profile(quant="int4")
@@ -108,9 +108,11 @@ def test_memory_accounting_is_exact():
 def _episode_means(env_id, action, steps=120, **overrides):
     env, params = ig.make(env_id, **overrides)
     action = jnp.asarray(action, jnp.int32)
-    _, (_, reward, _, _, info, _) = jax.jit(lambda k: rollout(env, params, k, lambda t: action, steps))(jax.random.key(1))
+    run = jax.jit(lambda k: rollout(env, params, k, lambda t: action, steps))
+    _, (_, reward, _, _, info, _) = run(jax.random.key(1))
     m = info["metrics"]
-    return {k: float(np.mean(np.asarray(getattr(m, k)))) for k in ("tokens_per_s", "evictions", "completed", "queue_depth", "tpot_s", "ttft_p50_s")}
+    fields = ("tokens_per_s", "evictions", "completed", "queue_depth", "tpot_s", "ttft_p50_s")
+    return {k: float(np.mean(np.asarray(getattr(m, k)))) for k in fields}
 
 
 def test_more_batch_serves_more_under_overload():

@@ -48,14 +48,14 @@ def test_compaction_reproduces_the_shipped_files():
 
 def test_requests_are_the_raw_trace_statistics():
     code, conv = traces.load_requests("azure-code-2023"), traces.load_requests("azure-conv-2023")
-    # data/README.md: 1 h of code (~2.6 req/s) and conversation (~5.5 req/s) traffic.
+    # docs/DESIGN.md (Data): 1 h of code (~2.6 req/s) and conversation (~5.5 req/s) traffic.
     assert abs(len(code.arrival_s) / code.duration_s - 2.6) < 0.1
     assert abs(len(conv.arrival_s) / conv.duration_s - 5.5) < 0.1
     for r in (code, conv):
         assert np.all(np.diff(r.arrival_s) >= 0) and r.arrival_s[0] == 0.0
         assert r.prompt_tokens.min() >= 1 and r.output_tokens.min() >= 1
     gaps = np.diff(code.arrival_s)
-    assert gaps.std() / gaps.mean() > 10  # data/README.md: "very bursty: inter-arrival CV ~13"
+    assert gaps.std() / gaps.mean() > 10  # docs/DESIGN.md (Data): "very bursty: inter-arrival CV ~13"
 
 
 def test_trace_arrays_layout():
