@@ -168,7 +168,11 @@ class Observation:
         rows = ["| field | shape | unit | bounds | meaning |", "|---|---|---|---|---|"]
         for name, f in FEATURES:
             shape = "()" if f.size == 1 else f"({f.size},)"
-            rows.append(f"| {name} | {shape} | {f.unit} | [{f.low}, {f.high}] | {f.doc} |")
+            if isinstance(f.low, tuple):
+                bounds = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(f.low, f.high))
+            else:
+                bounds = f"[{f.low:g}, {f.high:g}]"
+            rows.append(f"| {name} | {shape} | {f.unit} | {bounds} | {f.doc} |")
         return "\n".join(rows)
 
 

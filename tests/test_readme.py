@@ -22,3 +22,9 @@ def test_readme_has_a_quick_start():
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_readme_python_block_runs(index, capsys):
     exec(compile(python_blocks()[index], f"README.md[python {index}]", "exec"), {})
+
+
+def test_observation_table_is_current():
+    from inferencegym_jax.observation import Observation
+
+    assert Observation.describe() in README.read_text(), "paste Observation.describe() into README.md"
