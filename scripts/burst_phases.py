@@ -70,12 +70,16 @@ def main() -> None:
         switching_rules(reference, switches)
 
     if args.checkpoint:
+        from inferencegym_jax.wrappers import base_action_policy
         from training.checkpoint import load_checkpoint, read_config
         from training.ppo import make_train
 
         trainer = make_train(read_config(args.checkpoint))
         runner = load_checkpoint(args.checkpoint, trainer)
-        traj = run(runner, lambda r: trainer.policy(r.params, r.obs_stats, True))
+        def trained(r):  # as grid indices: the policy acts in trainer.env's (hold / relative) action space
+            return base_action_policy(trainer.env, trainer.policy(r.params, r.obs_stats, True))
+
+        traj = run(runner, trained)
         reward = np.asarray(traj.reward)
         picks = np.stack([np.asarray(traj.action.spec_length), np.asarray(traj.action.batch_size)], axis=-1)
         for name, mask in (("burst", burst), ("between bursts", ~burst)):
@@ -83,7 +87,7 @@ def main() -> None:
             top = ", ".join(f"spec {s:g} / batch {b:g} {n / mask.sum():.0%}" for (s, b), n in counts.most_common(4))
             print(f"policy, {name}: mean reward {reward[mask].mean():.4f}; {top}")
         print(f"policy, all: mean reward {reward.mean():.4f}")
-        knob_ablations(reference, env, trainer.policy(runner.params, runner.obs_stats, True))
+        knob_ablations(reference, env, trained(runner))
 
 
 def static_policy(action: jax.Array):

@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from inferencegym_jax import baselines, evaluate
+from inferencegym_jax.cli.training_commands import parse_overrides as _overrides
 from inferencegym_jax.evaluate import confidence_interval_95 as ci95
-from training.cli import _overrides
+from inferencegym_jax.files import atomic_write_json, atomic_write_text
 from training.checkpoint import load_checkpoint, read_config, save_checkpoint
 from training.config import load_config
 from training.ppo import make_train
@@ -52,7 +53,7 @@ def train_task(task: int, seeds: int, overrides: dict, out: Path) -> None:
         save_checkpoint(out / f"task{task}" / f"seed{seed_config.seed}", make_train(seed_config), runner)
     record = {"train_seconds_all_seeds": train_s, "seeds": [config.seed + i for i in range(seeds)],
               "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist()}
-    (out / f"task{task}" / "train.json").write_text(json.dumps(record, indent=1))
+    atomic_write_json(out / f"task{task}" / "train.json", record, indent=1)
     print(f"task {task}: {seeds} seeds x {config.total_env_steps:,} env steps in {train_s:.0f} s", flush=True)
 
 
@@ -84,13 +85,14 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
         "reward": float(ppo_reward.mean()),
         "reward_ci95_seeds": ci95(ppo_reward.mean(axis=1)),
     }}
+    env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the serving env, not PPO's wrapper
     if graded:
-        policies = baselines.baseline_policies(trainer.env, trainer.env_params, config.task)
+        policies = baselines.baseline_policies(env, trainer.env_params, config.task)
     else:
-        policies = {"heuristic": baselines.heuristic_policy(trainer.env),
-                    "vllm_default": baselines.fixed_default_policy(), "random": baselines.random_policy(trainer.env)}
+        policies = {"heuristic": baselines.heuristic_policy(env),
+                    "vllm_default": baselines.fixed_default_policy(), "random": baselines.random_policy(env)}
     for name, policy in policies.items():
-        traj = evaluate.run_episodes(trainer.env, trainer.env_params, policy, key, episodes)
+        traj = evaluate.run_episodes(env, trainer.env_params, policy, key, episodes)
         rewards = np.asarray(traj.reward).mean(axis=1)
         rows[name] = {"reward": float(rewards.mean()), "reward_ci95": ci95(rewards), "score": None}
         if graded:
@@ -115,8 +117,8 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
 def markdown(results: list[dict]) -> str:
     """Grader score where the task has constants, else mean reward per interval (marked 'reward')."""
     names = ["ppo", "best_static", "heuristic", "vllm_default", "random"]
-    lines = ["| task | metric | " + " | ".join(names) + " | PPO - best_static (paired) | PPO budget (env steps x seeds) "
-             "| training wall s |",
+    lines = ["| task | metric | " + " | ".join(names)
+             + " | PPO - best_static (paired) | PPO budget (env steps x seeds) | training wall s |",
              "|---|---|" + "---:|" * len(names) + "---:|---:|---:|"]
     for r in results:
         p = r["policies"]
@@ -164,8 +166,8 @@ def main() -> None:
               f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}.")
     table = header + "\n\n" + markdown(results)
     print("\n" + table)
-    (out / "results.md").write_text(table + "\n")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    atomic_write_text(out / "results.md", table + "\n")
+    atomic_write_json(out / "results.json", results, indent=1)
 
 
 if __name__ == "__main__":

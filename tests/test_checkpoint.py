@@ -91,3 +91,23 @@ def test_mismatched_checkpoints_fail_naming_the_difference(saved):
         load_checkpoint(saved, other_env)
     with pytest.raises(ValueError, match="no checkpoint"):
         run_training(other, saved / "empty", resume=True, progress=False)
+
+
+def test_checkpoints_of_an_older_runner_state_fail_clearly(trainer, saved):
+    """A checkpoint whose RunnerState has a field this program's lacks (config_idx, the knobs in
+    force that RunnerState carried before the action layouts moved into env wrappers) loads
+    nothing and says so."""
+    import hashlib
+
+    from flax import serialization
+
+    path = saved / FILENAME
+    record = serialization.msgpack_restore(path.read_bytes())
+    state = serialization.msgpack_restore(record["payload"])
+    state["config_idx"] = np.zeros((CONFIG.num_envs, 2), np.int32)
+    record["payload"] = serialization.msgpack_serialize(state)
+    record["sha256"] = hashlib.sha256(record["payload"]).hexdigest()
+    path.write_bytes(serialization.msgpack_serialize(record))
+    assert read_config(saved) == CONFIG  # the header is fine
+    with pytest.raises(ValueError, match=r"does not match this program's state: .*config_idx"):
+        load_checkpoint(saved, trainer)

@@ -1,4 +1,5 @@
-"""PPO building blocks (GAE, sampling, normaliser, network layout) and a short run on a real task."""
+"""PPO building blocks (GAE, sampling, normaliser, network layout), the action layouts a config
+trains in, and short runs on real tasks."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
+from inferencegym_jax import evaluate, wrappers
+from training import probes
 from training.config import PPOConfig
+from training.envs import training_env
 from training.networks import (
     MASKED_LOGIT,
     ActionLayout,
@@ -21,7 +25,7 @@ from training.networks import (
     sample_actions,
 )
 from training.normalize import RunningStats
-from training.ppo import compute_gae, make_train
+from training.ppo import Trainer, compute_gae, make_train
 
 
 def _gae_reference(r, v, nv, term, done, gamma, lam):
@@ -138,40 +142,54 @@ def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
     assert trainer.env.action_space(trainer.env_params).contains(np.asarray(action))
 
 
-def _assert_initial_mode_keeps_the_default_configuration(trainer):
-    """Relative and hold modes read the knobs in force, and default_logit makes "no change" the mode."""
+def _assert_initial_mode_keeps_the_default_configuration(trainer, nvec):
+    """Relative and hold modes act through a wrapper of the task, and default_logit makes "keep
+    the knobs in force" the initial mode: from reset, the task's default configuration."""
     env, params = trainer.env, trainer.env_params
-    obs, _ = env.reset(jax.random.key(0), params)
-    default = np.asarray(ig.actions.indices_from_action(params.default_action))
-    np.testing.assert_array_equal(trainer.config_indices(obs), default)
+    assert isinstance(env, wrappers.KnobActions) and env.action_mode == trainer.config.action_mode
+    assert trainer.nvec == trainer.layout.nvec == nvec
+    obs, state = env.reset(jax.random.key(0), params)
     runner = trainer.jit_init(trainer.root_key())
-    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
-                                  np.where(np.asarray(trainer.nvec) > 1, default, 0))
+    action = trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params)
+    np.testing.assert_array_equal(action, wrappers.initial_action(env, params, "default"))
+    default = np.asarray(ig.actions.indices_from_action(params.default_action))
+    np.testing.assert_array_equal(env.base_action(action, env.knobs_in_force(state, params), params)[0],
+                                  np.where(np.asarray(env.unwrapped.action_space(params).nvec) > 1, default, 0))
 
 
-def test_relative_actions_move_each_active_knob_at_most_one_step():
+def test_relative_mode_trains_through_the_relative_wrapper():
     config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="relative", default_logit=2.0, num_envs=4,
                        num_steps=2, num_minibatches=1)
-    trainer = make_train(config)
-    assert trainer.layout.nvec == (3, 3, 3, 1, 1)  # down / stay / up for kv_budget, spec_length, batch_size
-    current = jnp.asarray([[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]], jnp.int32)
-    down, up = jnp.zeros((2, 3), jnp.int32), jnp.full((2, 3), 2, jnp.int32)
-    np.testing.assert_array_equal(trainer.env_action(down, current), [[0, 3, 11, 0, 0], [4, 1, 5, 0, 0]])
-    np.testing.assert_array_equal(trainer.env_action(up, current), [[1, 4, 12, 0, 0], [6, 3, 7, 0, 0]])
-    _assert_initial_mode_keeps_the_default_configuration(trainer)
+    # down / stay / up for kv_budget, spec_length, batch_size
+    _assert_initial_mode_keeps_the_default_configuration(make_train(config), (3, 3, 3, 1, 1))
 
 
-def test_hold_actions_keep_the_knob_in_force_or_set_any_grid_index():
+def test_hold_mode_trains_through_the_hold_wrapper():
     config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
                        num_steps=2, num_minibatches=1)
-    trainer = make_train(config)
-    assert trainer.layout.nvec == (11, 6, 14, 1, 1)  # hold + the grid, for kv_budget, spec_length, batch_size
-    current = jnp.asarray([[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]], jnp.int32)
-    hold = jnp.zeros((2, 3), jnp.int32)
-    np.testing.assert_array_equal(trainer.env_action(hold, current), [[0, 4, 12, 0, 0], [5, 2, 6, 0, 0]])
-    jump = jnp.asarray([[10, 1, 1], [1, 0, 14 - 1]], jnp.int32)  # set kv_budget 1.0 / 0.1, batch 1 / 512
-    np.testing.assert_array_equal(trainer.env_action(jump, current), [[9, 0, 0, 0, 0], [0, 2, 12, 0, 0]])
-    _assert_initial_mode_keeps_the_default_configuration(trainer)
+    # hold + the grid, for kv_budget, spec_length, batch_size
+    _assert_initial_mode_keeps_the_default_configuration(make_train(config), (11, 6, 14, 1, 1))
+
+
+def test_given_envs_are_trained_in_the_configs_layout():
+    env, params = ig.make("InferenceGym-Task2-v0")
+    hold = PPOConfig(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
+                     num_steps=2, num_minibatches=1)
+    made, given = training_env(hold), training_env(hold, env)  # a plain serving env is wrapped
+    assert isinstance(given.env, wrappers.HoldActions) and given.env.env is env
+    np.testing.assert_array_equal(made.initial_action, given.initial_action)
+    assert training_env(hold, given.env).env is given.env  # already in the layout: as is
+    with pytest.raises(ValueError, match="already in the 'hold' layout"):
+        training_env(hold.replace(action_mode="relative"), given.env)
+    with pytest.raises(ValueError, match="needs an env whose observation has the knobs in force"):
+        training_env(hold, probes.ActionReward())
+    absolute = training_env(hold.replace(action_mode="absolute"), env, params)
+    assert absolute.env is env and absolute.params is params
+    np.testing.assert_array_equal(absolute.warmup_action, wrappers.initial_action(env, params, "default"))
+    probe = training_env(hold.replace(action_mode="absolute"), probes.ActionReward())  # no prior on a probe
+    assert probe.initial_action is None and probe.warmup_action.tolist() == [0, 0]
+    with pytest.raises(ValueError, match=r"initial_action = \[5, 0\] is not an int vector in the env's action"):
+        Trainer(hold, probe.env, probe.params, initial_action=np.asarray([5, 0]), initial_logit=1.0)
 
 
 @pytest.mark.parametrize(("initial_action", "action_mode"),
@@ -188,15 +206,37 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
         target = np.asarray(ig.actions.indices_from_action(params.default_action))
     else:
         target = np.asarray(graders.load_constants(task)["best_static_action"])
-    target = np.where(np.asarray(trainer.nvec) > 1, target, 0)
+    base_nvec = getattr(env, "unwrapped", env).action_space(params).nvec
+    target = np.where(np.asarray(base_nvec) > 1, target, 0)
     runner = trainer.jit_init(trainer.root_key())
     obs, _ = env.reset(jax.random.key(0), params)
-    np.testing.assert_array_equal(trainer.policy(runner.params, runner.obs_stats)(jax.random.key(1), obs, params),
-                                  target)
+    policy = wrappers.base_action_policy(env, trainer.policy(runner.params, runner.obs_stats))
+    np.testing.assert_array_equal(policy(jax.random.key(1), obs, params), target)
     # A bias, not a constraint: every grid entry keeps a positive probability.
     logits = trainer.network.apply(runner.params, jnp.zeros((trainer.obs_dim,)), method=ActorCritic.logits)
     probs = np.asarray(jax.nn.softmax(logits, axis=-1))[trainer.layout.valid()]
     assert probs.min() > 0.01
+
+
+def test_graded_evaluation_runs_the_policy_in_its_wrapper():
+    """A hold policy whose prior is the best static configuration plays it in every interval (its
+    deterministic mode): graded through the wrapper on the same held-out episodes, it scores
+    exactly what the best static baseline scores on the plain env, in both evaluation paths."""
+    from training.evaluation import evaluate_against_baselines
+    from training.sweep import graded_episodes
+
+    task = "InferenceGym-Task2-v0"
+    config = PPOConfig(task=task, default_logit=4.0, initial_action="best_static", action_mode="hold",
+                       num_envs=4, num_steps=2, num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
+    trainer = make_train(config)
+    runner = trainer.jit_init(trainer.root_key())
+    table, results, rewards = evaluate_against_baselines(trainer, runner, 2, eval_seed=0,
+                                                         baseline_names=["best_static"])
+    assert list(table.index) == ["ppo", "best_static"]
+    np.testing.assert_array_equal(results["ppo"].scores, results["best_static"].scores)
+    np.testing.assert_array_equal(rewards["ppo"], rewards["best_static"])
+    graded = graded_episodes(trainer, runner.params, runner.obs_stats, evaluate.evaluation_key(0), 2, task)
+    np.testing.assert_allclose(graded["score"], results["best_static"].scores, rtol=1e-6)
 
 
 def test_burst_phase_script_reads_a_checkpoint(tmp_path):

@@ -78,7 +78,8 @@ def test_policy_learns_the_rewarded_action_and_advantages_have_the_right_sign():
     assert traj.action.shape[-1] == 1
     _, runner, _ = _train(env)
     policy = trainer.policy(runner.params, runner.obs_stats, deterministic=False)
-    actions = jax.vmap(lambda k: policy(k, jnp.zeros((1,)), env.default_params))(jax.random.split(jax.random.key(4), 256))
+    keys = jax.random.split(jax.random.key(4), 256)
+    actions = jax.vmap(lambda k: policy(k, jnp.zeros((1,)), env.default_params))(keys)
     assert actions.shape == (256, 2) and np.all(np.asarray(actions[:, 1]) == 0)
     assert np.mean(np.asarray(actions[:, 0]) == 1) > 0.95
 

@@ -57,7 +57,8 @@ def test_traced_and_static_fields_partition_the_config():
         ({"num_envs": 6, "num_steps": 1, "num_minibatches": 4}, "'num_minibatches' = 4 must divide"),
         ({"initial_action": "best"}, "'initial_action' = 'best' out of range: must be 'default' or 'best_static'"),
         ({"initial_action": "best_static"}, "'initial_action' = 'best_static' needs default_logit > 0"),
-        ({"initial_action": "best_static", "action_mode": "relative", "default_logit": 1.0}, "'initial_action' = 'best_static' needs action_mode = 'absolute' or 'hold'"),
+        ({"initial_action": "best_static", "action_mode": "relative", "default_logit": 1.0},
+         "'initial_action' = 'best_static' needs action_mode = 'absolute' or 'hold'"),
     ],
 )
 def test_bad_config_fails_naming_the_key(overrides, message):

@@ -5,8 +5,9 @@
     runner, metrics = jax.jit(trainer.train)(trainer.root_key())
 
 Modules: config (PPOConfig, TOML loading), networks (actor/critic, factored categorical),
-normalize (running statistics), ppo (make_train), loop (checkpointed host loop), checkpoint,
-sweep, probes, evaluation (graded comparison with baselines), plots, cli.
+normalize (running statistics), ppo (the env-agnostic Trainer, make_train), envs (what a config
+trains on: the task in its action layout, the initial action), loop (checkpointed host loop),
+checkpoint, sweep, probes, evaluation (graded comparison with baselines), plots.
 Names are imported lazily so that `inferencegym --help` does not load JAX.
 """
 

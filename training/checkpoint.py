@@ -3,9 +3,9 @@
 `DIR/checkpoint.msgpack` holds a header (format, version, resolved config as TOML, env id, a
 fingerprint of the env params, updates done, SHA-256 of the payload) and the payload: the whole
 `RunnerState` (network and optimiser state, observation and reward normalisers, env states,
-PRNG key, update counter) as a flax state dict. It is written to a temporary file in DIR,
-flushed to disk, then renamed over the old one, so a crash leaves the previous checkpoint or the
-new one, never half of one.
+PRNG key, update counter) as a flax state dict. It is written with
+`inferencegym_jax.files.atomic_write_bytes` (a temporary file in DIR, flushed to disk, renamed
+over the old one), so a crash leaves the previous checkpoint or the new one, never half of one.
 
 `load_checkpoint` either returns a complete state or raises `ValueError` saying what is wrong
 (not a checkpoint, corrupt, written by another config or task, shapes that do not match); it
@@ -15,8 +15,6 @@ loads nothing partially.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
+from inferencegym_jax.files import atomic_write_bytes
 from training.config import PPOConfig, from_dict, to_dict
 
 FILENAME = "checkpoint.msgpack"
@@ -59,9 +58,7 @@ def checkpoint_path(directory: str | Path) -> Path:
 
 
 def save_checkpoint(directory: str | Path, trainer: Any, runner: Any) -> Path:
-    """Write `runner` (a RunnerState of `trainer`) to DIR/checkpoint.msgpack atomically."""
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    """Write `runner` (a RunnerState of `trainer`) to DIR/checkpoint.msgpack atomically (DIR created)."""
     payload = serialization.msgpack_serialize(serialization.to_state_dict(_to_host(runner)))
     record = {
         "format": FORMAT,
@@ -73,18 +70,7 @@ def save_checkpoint(directory: str | Path, trainer: Any, runner: Any) -> Path:
         "sha256": hashlib.sha256(payload).hexdigest(),
         "payload": payload,
     }
-    data = serialization.msgpack_serialize(record)
-    fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, checkpoint_path(directory))
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return checkpoint_path(directory)
+    return atomic_write_bytes(checkpoint_path(directory), serialization.msgpack_serialize(record))
 
 
 def _read_record(directory: str | Path) -> dict[str, Any]:

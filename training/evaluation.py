@@ -2,18 +2,20 @@
 
 Episodes come from `evaluate.evaluation_key(eval_seed)` (episode i from fold_in(key, i)), a
 stream disjoint from every training key, and every policy sees the same episodes, so the
-comparison is paired. The trained policy acts with its observation normaliser frozen.
+comparison is paired. The trained policy acts with its observation normaliser frozen, in the env
+it was trained in (`trainer.env`: the serving env wrapped by its action_mode); the baselines act
+on the serving env itself. A wrapper changes only the actions, so both see the same traffic.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from inferencegym_jax.files import atomic_write_json
 from training.ppo import RunnerState, Trainer
 
 PPO_NAME = "ppo"
@@ -31,17 +33,19 @@ def evaluate_against_baselines(
     """
     from inferencegym_jax import baselines, evaluate
 
-    env, params, task_id = trainer.env, trainer.env_params, trainer.config.task
-    policies = {PPO_NAME: trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)}
-    available = baselines.baseline_policies(env, params, task_id)
+    params, task_id = trainer.env_params, trainer.config.task
+    base_env = getattr(trainer.env, "unwrapped", trainer.env)  # the serving env under the action wrapper
+    policies = {PPO_NAME: (trainer.env, trainer.policy(runner.params, runner.obs_stats,
+                                                       trainer.config.deterministic_eval))}
+    available = baselines.baseline_policies(base_env, params, task_id)
     names = list(available) if baseline_names is None else baseline_names
     unknown = [n for n in names if n not in available]
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; available: {list(available)}")
-    policies.update({n: available[n] for n in names})
+    policies.update({n: (base_env, available[n]) for n in names})
     key = evaluate.evaluation_key(eval_seed)
     results, rewards = {}, {}
-    for name, policy in policies.items():
+    for name, (env, policy) in policies.items():
         traj = evaluate.run_episodes(env, params, policy, key, num_episodes)
         results[name] = evaluate.grade_trajectory(traj, params, task_id)
         rewards[name] = np.asarray(traj.reward).mean(axis=1)
@@ -79,8 +83,5 @@ def eval_record(trainer: Trainer, runner: RunnerState, table: Any, results: dict
 
 
 def write_json(path: str | Path, record: dict[str, Any]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1))
-    tmp.replace(path)
+    """Write `record` as JSON (indent 1) to `path` atomically, creating its folder."""
+    atomic_write_json(path, record, indent=1)

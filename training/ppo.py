@@ -22,8 +22,10 @@ One update (`Trainer.update_step`, a pure function of (RunnerState, HParams)):
 `train(key, hparams)` = `init` + `lax.scan(update_step)`; the host loop of `training.run` calls a
 jitted chunk of the same `update_step` and checkpoints between chunks; both give the same bits.
 `hparams` are traced, so `jax.vmap(train)` over keys and `HParams` runs a sweep in one program.
-Anything shaped like the env (reset/step/action_space/flatten_observation) can be trained,
-including `training.probes`.
+`Trainer` trains anything shaped like a gymnax env (reset/step/action_space/flatten_observation),
+including `training.probes`; it knows nothing of the serving env. `make_train` builds what a
+config asks for (`training.envs`): the serving task wrapped by `config.action_mode`
+(`inferencegym_jax.wrappers`) and the prior of `config.initial_action`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ import optax
 from flax import struct
 
 from inferencegym_jax import evaluate, sharding
-from inferencegym_jax.actions import ServingAction, indices_from_action
 from training.config import HParams, PPOConfig
+from training.envs import training_env
 from training.networks import ActionLayout, ActorCritic, policy_distribution, sample_actions
 from training.normalize import RunningStats
 
@@ -56,8 +58,6 @@ class RunnerState:
       ret_stats: RunningStats of the discounted return, float32 () (reward scaling).
       env_state: the envs' state, leading axis num_envs.
       obs: float32 (num_envs, obs_dim), the current flat (unnormalised) observation.
-      config_idx: int32 (num_envs, K), grid indices of the knobs in force (relative and hold
-        actions start from them; zeros in absolute mode).
       returns: float32 (num_envs,), discounted return so far in the current episodes.
       key: PRNG key (new-style) for the next update.
       update: int32 (), updates done.
@@ -69,7 +69,6 @@ class RunnerState:
     ret_stats: RunningStats
     env_state: Any
     obs: jax.Array
-    config_idx: jax.Array
     returns: jax.Array
     key: jax.Array
     update: jax.Array
@@ -81,7 +80,7 @@ class Transition:
 
     Attributes:
       obs: float32 (..., obs_dim), normalised observation the action was taken on.
-      action: int32 (..., K_a), grid indices of the active knobs (ActionLayout).
+      action: int32 (..., K_a), the policy's choices of the active action entries (ActionLayout).
       log_prob: float32, log pi(action | obs) at rollout time.
       value: float32, V(obs).
       next_value: float32, V(final observation of the step) (before auto-reset).
@@ -136,66 +135,50 @@ def compute_gae(
 def make_optimizer(config: PPOConfig, hp: HParams) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping; lr annealed linearly to 0 if config.anneal_lr."""
     grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
-    if config.anneal_lr:
-        lr: Any = lambda count: hp.lr * (1.0 - count.astype(jnp.float32) / grad_steps)  # noqa: E731
-    else:
-        lr = hp.lr
+    def annealed(count: jax.Array) -> jax.Array:
+        return hp.lr * (1.0 - count.astype(jnp.float32) / grad_steps)
+
+    lr: Any = annealed if config.anneal_lr else hp.lr
     return optax.chain(optax.clip_by_global_norm(hp.max_grad_norm), optax.adam(lr, eps=1e-5))
 
 
 class Trainer:
-    """The pure functions of one PPO run (built by `make_train`); hashable by identity."""
+    """The pure functions of one PPO run (built by `make_train`); hashable by identity.
 
-    def __init__(self, config: PPOConfig, env: Any, env_params: Any):
+    Attributes:
+      config: the PPOConfig.
+      env: the env PPO acts in, with the gymnax call shape: `reset(key, params)`,
+        `step(key, state, action, params)` (auto-reset, `info["final_observation"]`),
+        `action_space(params)` (a MultiDiscrete with `.nvec`), `flatten_observation(obs, params)`.
+      env_params: its params (`max_steps_in_episode` is read by desync_envs).
+      nvec: choices per entry of the env's action (K entries).
+      layout: ActionLayout of the policy over `nvec`.
+    """
+
+    def __init__(self, config: PPOConfig, env: Any, env_params: Any, initial_action: Any = None,
+                 initial_logit: float = 0.0, warmup_action: Any = None):
+        """Args:
+          initial_action: optional int32 (K,) in the env's action space: the initial policy
+            puts `initial_logit` on each active entry's choice (a prior, not a constraint).
+          initial_logit: the logit bonus; 0 (or no initial_action) starts near uniform.
+          warmup_action: int32 (K,) in the env's action space that desync_envs steps the envs
+            with before training (default: all zeros).
+        """
         self.config = config
         self.env = env
         self.env_params = env_params
         self.nvec = tuple(env.action_space(env_params).nvec)
-        # The task's default action as grid indices (0 on masked knobs; all 0 for envs without one).
-        self._default_idx = np.zeros(len(self.nvec), np.int32)
-        if hasattr(env_params, "default_action"):
-            default = np.asarray(indices_from_action(env_params.default_action))
-            self._default_idx = np.where(np.asarray(self.nvec) > 1, default, 0).astype(np.int32)
-        self.acts_on_config = config.action_mode in ("relative", "hold")  # from the knobs in force
-        if self.acts_on_config and not hasattr(env_params, "default_action"):
-            raise ValueError(f"action_mode={config.action_mode!r} needs an env whose observation has the knobs in "
-                             "force (config)")
-        if config.action_mode == "relative":
-            # Each active knob: choice 0, 1, 2 = one grid step down, no change, one step up.
-            self.layout = ActionLayout(tuple(3 if n > 1 else 1 for n in self.nvec))
-            self._keep = np.asarray([1 if n > 1 else 0 for n in self.nvec], np.int32)
-        elif config.action_mode == "hold":
-            # Each active knob: choice 0 = no change, choice i >= 1 = set grid index i - 1.
-            self.layout = ActionLayout(tuple(n + 1 if n > 1 else 1 for n in self.nvec))
-            self._keep = np.zeros(len(self.nvec), np.int32)
-        else:
-            self.layout = ActionLayout(self.nvec)
+        self.layout = ActionLayout(self.nvec)
+        warmup = np.zeros(len(self.nvec), np.int32) if warmup_action is None else warmup_action
+        self._warmup = _action(warmup, self.nvec, "warmup_action")
         initial = None
-        if config.default_logit and (self.acts_on_config or hasattr(env_params, "default_action")):
-            if config.initial_action == "best_static":  # absolute: index i; hold: choice i + 1, "set index i"
-                default = self._best_static_idx() + (1 if config.action_mode == "hold" else 0)
-            else:
-                default = self._keep if self.acts_on_config else self._default_idx
-            initial = self.layout.initial_logits(default, config.default_logit)
+        if initial_action is not None and initial_logit:
+            initial = self.layout.initial_logits(_action(initial_action, self.nvec, "initial_action"), initial_logit)
         self.network = ActorCritic(self.layout, config.actor_widths, config.critic_widths, initial)
         obs, _ = env.reset(jax.random.key(0), env_params)
         self.obs_dim = int(env.flatten_observation(obs, env_params).shape[-1])
 
     # ------------------------------------------------------------------ helpers
-
-    def _best_static_idx(self) -> np.ndarray:
-        """int32 (K,): grid indices of the graders' best static action (config.initial_action)."""
-        from inferencegym_jax import graders
-
-        try:
-            best = graders.load_constants(self.config.task)["best_static_action"]
-        except ValueError as err:
-            raise ValueError(f"config key 'initial_action' = 'best_static': no best static configuration for task "
-                             f"{self.config.task!r} ({err})") from None
-        if len(best) != len(self.nvec) or any(not 0 <= b < n for b, n in zip(best, self.nvec)):
-            raise ValueError(f"config key 'initial_action' = 'best_static': {self.config.task}'s best static action "
-                             f"{best} does not fit the env's action space nvec={self.nvec}")
-        return np.asarray(best, np.int32)  # a masked knob (nvec 1) passed the check only at index 0
 
     def root_key(self) -> jax.Array:
         """The run's root key: evaluate.training_key(config.seed) (disjoint from evaluation)."""
@@ -206,25 +189,6 @@ class Trainer:
 
     def _flat(self, obs: Any) -> jax.Array:
         return jax.vmap(self.env.flatten_observation, in_axes=(0, None))(obs, self.env_params)
-
-    def config_indices(self, obs: Any) -> jax.Array:
-        """int32 (..., K): grid indices of the knobs in force (absolute mode: unused zeros (num_envs, K))."""
-        if not self.acts_on_config:
-            return jnp.zeros((self.config.num_envs, len(self.nvec)), jnp.int32)
-        c = obs.config
-        return indices_from_action(ServingAction(*[c[..., i] for i in range(len(self.nvec))]))
-
-    def env_action(self, choice: jax.Array, config_idx: jax.Array) -> jax.Array:
-        """The env's int32 (..., K) action of the policy's choice (..., K_a)."""
-        full = self.layout.to_env(choice)
-        if not self.acts_on_config:
-            return full
-        active = np.asarray(self.nvec) > 1
-        if self.config.action_mode == "hold":
-            moved = jnp.where(full == 0, config_idx, full - 1)
-        else:
-            moved = jnp.clip(config_idx + full - self._keep, 0, np.asarray(self.nvec) - 1)
-        return jnp.where(active, moved, 0).astype(jnp.int32)
 
     def _norm(self, stats: RunningStats, flat_obs: jax.Array) -> jax.Array:
         return stats.normalize(flat_obs) if self.config.normalize_obs else flat_obs
@@ -263,14 +227,13 @@ class Trainer:
             ret_stats=RunningStats.create(()),
             env_state=env_state,
             obs=self._flat(obs),
-            config_idx=self.config_indices(obs),
             returns=jnp.zeros((self.config.num_envs,), jnp.float32),
             key=k_run,
             update=jnp.zeros((), jnp.int32),
         )
 
     def _desync(self, key: jax.Array, obs: Any, env_state: Any) -> tuple[Any, Any]:
-        """Advance env i by k_i ~ U{0, .., horizon-1} intervals of the default action.
+        """Advance env i by k_i ~ U{0, .., horizon-1} intervals of the warm-up action (the task default).
 
         Envs reset together would stay in lockstep, so every rollout would cover the same phase
         of every episode (a sawtooth in the training reward, biased batches). One horizon of
@@ -279,7 +242,7 @@ class Trainer:
         horizon = int(self.env_params.max_steps_in_episode)
         k_len, k_steps = jax.random.split(key)
         lengths = jax.random.randint(k_len, (self.config.num_envs,), 0, horizon)
-        actions = jnp.broadcast_to(jnp.asarray(self._default_idx), (self.config.num_envs, len(self.nvec)))
+        actions = jnp.broadcast_to(jnp.asarray(self._warmup), (self.config.num_envs, len(self.nvec)))
 
         def body(carry, inputs):
             t, k = inputs
@@ -306,7 +269,7 @@ class Trainer:
         apply = self.network.apply
 
         def step(carry, k):
-            env_state, raw_obs, config_idx, returns, seen = carry
+            env_state, raw_obs, returns, seen = carry
             seen = seen.update(raw_obs)
             k_act, k_env = jax.random.split(k)
             obs = self._norm(runner.obs_stats, raw_obs)
@@ -314,21 +277,21 @@ class Trainer:
             action = sample_actions(k_act, logits)
             log_prob = policy_distribution(logits).log_prob(action)
             next_obs, env_state, reward, terminated, truncated, info = self._env_step(
-                k_env, env_state, self.env_action(action, config_idx))
+                k_env, env_state, self.layout.to_env(action))
             final = self._norm(runner.obs_stats, self._flat(info["final_observation"]))
             next_value = apply(runner.params, final, method=ActorCritic.value)
             done = terminated | truncated
             returns = returns * hp.gamma + reward
             transition = Transition(obs, action, log_prob, value, next_value, reward, terminated, done, returns)
             returns = jnp.where(done, 0.0, returns)
-            return (env_state, self._flat(next_obs), self.config_indices(next_obs), returns, seen), transition
+            return (env_state, self._flat(next_obs), returns, seen), transition
 
         seen = RunningStats(jnp.zeros_like(runner.obs_stats.mean), jnp.zeros_like(runner.obs_stats.var),
                             jnp.float32(0.0))
-        carry = (runner.env_state, runner.obs, runner.config_idx, runner.returns, seen)
-        (env_state, obs, config_idx, returns, seen), traj = jax.lax.scan(
+        carry = (runner.env_state, runner.obs, runner.returns, seen)
+        (env_state, obs, returns, seen), traj = jax.lax.scan(
             step, carry, jax.random.split(key, self.config.num_steps))
-        return runner.replace(env_state=env_state, obs=obs, config_idx=config_idx, returns=returns), traj, seen
+        return runner.replace(env_state=env_state, obs=obs, returns=returns), traj, seen
 
     def loss(self, params: Any, batch: Transition, advantages: jax.Array, targets: jax.Array,
              hp: HParams) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -367,7 +330,9 @@ class Trainer:
 
         tx = make_optimizer(config, hp)
         grad_fn = jax.grad(self.loss, has_aux=True)
-        flat = lambda x: x.reshape(config.batch_size, *x.shape[2:])  # noqa: E731
+        def flat(x: jax.Array) -> jax.Array:
+            return x.reshape(config.batch_size, *x.shape[2:])
+
         data = (jax.tree_util.tree_map(flat, traj), flat(advantages), flat(targets))
 
         def minibatch(carry, mb):
@@ -442,33 +407,39 @@ class Trainer:
     # ------------------------------------------------------------------ acting
 
     def policy(self, params: Any, obs_stats: RunningStats, deterministic: bool = True) -> Callable:
-        """`policy(key, obs, env_params) -> action` for evaluation, with frozen normaliser."""
+        """`policy(key, obs, env_params) -> action` for evaluation, with frozen normaliser.
+
+        The action is in the action space of `self.env` (int32 (K,), 0 on masked entries): run
+        it on `self.env` (for the serving tasks, the env wrapped by config.action_mode).
+        """
         apply, env, norm = self.network.apply, self.env, self._norm
 
         def act(key: jax.Array, obs: Any, env_params: Any) -> jax.Array:
             x = norm(obs_stats, env.flatten_observation(obs, env_params))
             logits = apply(params, x, method=ActorCritic.logits)
             action = policy_distribution(logits).mode() if deterministic else sample_actions(key, logits)
-            return self.env_action(action, self.config_indices(obs))
+            return self.layout.to_env(action)
 
         return act
 
 
-def make_env(task: str) -> tuple[Any, Any]:
-    import inferencegym_jax as ig
-
-    return ig.make(task)
+def _action(action: Any, nvec: tuple[int, ...], name: str) -> np.ndarray:
+    """int32 (K,) host copy of an action of the space nvec; ValueError naming it if it is not in it."""
+    value = np.asarray(action)
+    fits = value.shape == (len(nvec),) and np.issubdtype(value.dtype, np.integer)
+    if not (fits and np.all((value >= 0) & (value < np.asarray(nvec)))):
+        raise ValueError(f"{name} = {value.tolist()} is not an int vector in the env's action space nvec={nvec}")
+    return value.astype(np.int32)
 
 
 def make_train(config: PPOConfig, env: Any = None, env_params: Any = None) -> Trainer:
     """The PPO program of `config` (on `config.task`, or on the given env and params).
 
-    `make_train(config).train` is the PureJaxRL `train(key, hparams=None)`; jit it, or vmap it
-    over keys and HParams for a sweep.
+    The env is what `training.envs.training_env` makes of them: for a serving env, wrapped by
+    config.action_mode, with the initial action of config.initial_action (when default_logit
+    > 0); any other env (probes) as is. `make_train(config).train` is the PureJaxRL
+    `train(key, hparams=None)`; jit it, or vmap it over keys and HParams for a sweep.
     """
-    if env is None:
-        env, default_params = make_env(config.task)
-        env_params = default_params if env_params is None else env_params
-    elif env_params is None:
-        env_params = env.default_params
-    return Trainer(config, env, env_params)
+    made = training_env(config, env, env_params)
+    return Trainer(config, made.env, made.params, initial_action=made.initial_action,
+                   initial_logit=config.default_logit, warmup_action=made.warmup_action)

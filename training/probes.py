@@ -5,12 +5,14 @@ They have the serving env's call shape (reset / step with auto-reset and
 trainer runs on them unchanged; tests use them to check value learning, discounting, advantage
 signs and truncation bootstrapping in isolation (after Andy Jones' "debugging RL" probes).
 
-| probe                   | observation                | reward                          | episode                 | V                          |
-|-------------------------|----------------------------|---------------------------------|-------------------------|----------------------------|
-| ConstantReward          | 0                          | 1 every step                    | `horizon` steps         | 1 (horizon 1, terminal); 1/(1-gamma) if truncated |
-| ObservationReward       | +1 or -1 (random at reset) | the observation                 | 1 step, terminal        | V(o) = o                   |
-| TwoStepDiscount         | 0, then 1                  | 0, then 1                       | 2 steps, terminal       | V(0) = gamma, V(1) = 1     |
-| ActionReward            | 0                          | +1 if action[0] == 1 else -1    | 1 step, terminal        | best action 1, V = 1       |
+| probe             | observation            | reward                   | episode           | V                       |
+|-------------------|------------------------|--------------------------|-------------------|-------------------------|
+| ConstantReward    | 0                      | 1 every step             | `horizon` steps   | 1 (horizon 1, terminal) |
+|                   |                        |                          |                   | 1/(1-gamma) (truncated) |
+| ObservationReward | +1 or -1 (random draw) | the observation          | 1 step, terminal  | V(o) = o                |
+| TwoStepDiscount   | 0, then 1              | 0, then 1                | 2 steps, terminal | V(0) = gamma, V(1) = 1  |
+| ActionReward      | 0                      | +1 if action[0] == 1,    | 1 step, terminal  | best action 1, V = 1    |
+|                   |                        | else -1                  |                   |                         |
 
 Observations are float32 (1,); the action is an int32 (2,) MultiDiscrete with nvec (2, 1) (the
 second knob masked, as in the serving tasks).

@@ -94,6 +94,8 @@ def graded_episodes(trainer: Trainer, params: Any, obs_stats: Any, key: jax.Arra
                     task_id: str | None) -> dict[str, jax.Array]:
     """Held-out episodes of one trained policy: mean reward and (if the task has a grader) score.
 
+    The policy acts in the env it was trained in, `trainer.env` (the serving env wrapped by its
+    action_mode), so the episodes' traffic is the baselines' on the plain env for the same keys.
     Jittable and vmappable over (params, obs_stats). Returns float32 (num_episodes,) arrays.
     """
     policy = trainer.policy(params, obs_stats, trainer.config.deterministic_eval)

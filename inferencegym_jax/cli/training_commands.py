@@ -90,7 +90,8 @@ def check_baselines(trainer: Any, names: list[str] | None) -> None:
     """ValueError for --baselines names the task does not have, before any training."""
     from inferencegym_jax import baselines
 
-    available = baselines.baseline_policies(trainer.env, trainer.env_params, trainer.config.task)
+    serving_env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the env, not PPO's wrapper
+    available = baselines.baseline_policies(serving_env, trainer.env_params, trainer.config.task)
     unknown = [n for n in names or [] if n not in available]
     if unknown:
         raise ValueError(f"--baselines: unknown baselines {unknown}; available: {list(available)}")
