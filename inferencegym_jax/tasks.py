@@ -59,6 +59,17 @@ def registered_envs() -> list[str]:
     return list(_task_files())
 
 
+def resolve_id(value: Any, key: str = "task=") -> str:
+    """A registered id from a task number N ("InferenceGym-TaskN-v0") or an id; ValueError
+    naming `key` (how the user typed the option or config key) otherwise."""
+    ids = registered_envs()
+    is_number = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
+    candidate = f"InferenceGym-Task{value}-v0" if is_number else value
+    if isinstance(candidate, str) and candidate in ids:
+        return candidate
+    raise ValueError(f"{key}{value!r}: must be a task number or one of {ids}")
+
+
 @functools.cache
 def _load_task_file(filename: str) -> dict[str, Any]:
     return tomllib.loads(shipped("configs").joinpath("tasks", filename).read_text())

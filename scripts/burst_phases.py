@@ -23,6 +23,7 @@ import numpy as np
 import inferencegym_jax as ig
 from inferencegym_jax import evaluate
 from inferencegym_jax.actions import GRID, KNOBS
+from inferencegym_jax.tasks import resolve_id
 
 
 def main() -> None:
@@ -44,7 +45,7 @@ def main() -> None:
             raise SystemExit(f"--switch {item!r}: expected KNOB=INDEX with KNOB one of {list(KNOBS)}")
         switches.append((KNOBS.index(knob), int(index)))
 
-    env, params = ig.make(f"InferenceGym-Task{args.task}-v0")
+    env, params = ig.make(resolve_id(args.task))
     steps = int(params.max_steps_in_episode)
     keys = evaluate.episode_keys(evaluate.evaluation_key(0), 0, args.episodes)
     run = jax.jit(lambda policy_args, policy: jax.vmap(
@@ -110,7 +111,7 @@ class BestStatic:
         from inferencegym_jax import graders
 
         self.params, self.run = params, run
-        self.task_id = f"InferenceGym-Task{task}-v0"
+        self.task_id = resolve_id(task)
         self.action = jnp.asarray(graders.load_constants(self.task_id)["best_static_action"], jnp.int32)
         wl = params.workload
         self.threshold = float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))

@@ -189,16 +189,9 @@ def to_dict(config: PPOConfig) -> dict[str, Any]:
 
 
 def _resolve_task(value: Any) -> str:
-    from inferencegym_jax import registered_envs
+    from inferencegym_jax.tasks import resolve_id
 
-    envs = registered_envs()
-    if isinstance(value, int) and not isinstance(value, bool):
-        name = f"InferenceGym-Task{value}-v0"
-        if name in envs:
-            return name
-    elif isinstance(value, str) and value in envs:
-        return value
-    raise ValueError(f"config key 'task' = {value!r}: must be a task number or one of {envs}")
+    return resolve_id(value, key="config key 'task' = ")
 
 
 def _coerce(name: str, value: Any, annotation: Any) -> Any:

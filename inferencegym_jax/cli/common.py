@@ -46,11 +46,13 @@ def registered_tasks() -> list[str]:
 
 def task_id(value: str) -> str:
     """argparse type: a task number N (-> "InferenceGym-TaskN-v0") or a registered id."""
-    ids = registered_tasks()
-    candidate = f"InferenceGym-Task{value}-v0" if value.isdigit() else value
-    if candidate in ids:
-        return candidate
-    raise argparse.ArgumentTypeError(f"{value!r} is not a task: use a task number or one of {ids}")
+    from inferencegym_jax.tasks import resolve_id
+
+    try:
+        return resolve_id(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a task: use a task number or one of "
+                                         f"{registered_tasks()}") from None
 
 
 def task_number(env_id: str) -> int | None:
