@@ -83,6 +83,12 @@ class EnvState:
     last: serving.IntervalMetrics
 
 
+def auto_reset(done: jax.Array, reset: Any, stepped: Any) -> Any:
+    """`reset` where the episode is `done`, else `stepped` (same-structured pytrees): the
+    auto-reset of a gymnax-style `step`."""
+    return jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), reset, stepped)
+
+
 class InferenceGymEnv:
     """LLM inference-serving control (see the module docstring and README for the tables)."""
 
@@ -151,14 +157,10 @@ class InferenceGymEnv:
         validation.check_action(action)
         u = sampling.uniforms(key, DRAWS_PER_STEP)
         obs, state_next, reward_, terminated, truncated, info = self._transition(u, state, action, params)
-        obs_reset, state_reset = self._reset_from_uniforms(u[workload.STEP_DRAWS:], params)
-        done = terminated | truncated
-
-        def select(reset_value: Any, next_value: Any) -> Any:
-            return jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), reset_value, next_value)
-
+        reset = self._reset_from_uniforms(u[workload.STEP_DRAWS:], params)
         info["final_observation"] = obs
-        return select(obs_reset, obs), select(state_reset, state_next), reward_, terminated, truncated, info
+        obs, state_next = auto_reset(terminated | truncated, reset, (obs, state_next))
+        return obs, state_next, reward_, terminated, truncated, info
 
     def step_env(
         self, key: jax.Array, state: EnvState, action: Any, params: EnvParams

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from inferencegym_jax import spaces
+from inferencegym_jax.env import auto_reset
 
 NVEC = (2, 1)
 
@@ -92,9 +93,7 @@ class ProbeEnv:
         terminated = at_horizon & params.terminal
         truncated = at_horizon & (not params.terminal)
         final_obs = self.observation(next_state)
-        obs_reset, state_reset = self.reset(key, params)
-        obs = jnp.where(at_horizon, obs_reset, final_obs)
-        state = jax.tree_util.tree_map(lambda a, b: jnp.where(at_horizon, a, b), state_reset, next_state)
+        obs, state = auto_reset(at_horizon, self.reset(key, params), (final_obs, next_state))
         info = {"final_observation": final_obs, "discount": 1.0 - terminated.astype(jnp.float32)}
         return obs, state, reward, terminated, truncated, info
 
