@@ -100,7 +100,9 @@ def _run_batch(env, params, policy, keys, num_steps):
 
 @functools.partial(jax.jit, static_argnames=("env", "policy", "num_steps", "mesh"))
 def _run_batch_sharded(env, params, policy, keys, num_steps, mesh):
-    run = lambda k, p: jax.vmap(lambda k1: run_episode(env, p, policy, k1, num_steps))(k)  # noqa: E731
+    def run(k: jax.Array, p: EnvParams) -> Trajectory:
+        return jax.vmap(lambda k1: run_episode(env, p, policy, k1, num_steps))(k)
+
     return sharding.split_leading(run, mesh, replicated=(1,))(keys, params)
 
 
@@ -178,7 +180,9 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
     g = graders.grade(trajectory, params, task_id)
     m = trajectory.metrics
     valid = trajectory.valid.astype(jnp.float32)
-    per_episode = lambda x: jnp.sum(valid * x, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)  # noqa: E731
+    def per_episode(x: jax.Array) -> jax.Array:
+        return jnp.sum(valid * x, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
+
     metrics = {
         "tokens_per_s": per_episode(m.tokens_per_s),
         "ttft_p50_s": per_episode(m.ttft_p50_s),
@@ -191,7 +195,9 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
         "served_fraction": g.served_fraction,
         "knob_changes": g.knob_changes,
     }
-    to_np = lambda tree: jax.tree_util.tree_map(np.asarray, tree)  # noqa: E731
+    def to_np(tree: Any) -> Any:
+        return jax.tree_util.tree_map(np.asarray, tree)
+
     return EvalResult(
         scores=np.asarray(g.score),
         breakdown=to_np(g.breakdown),

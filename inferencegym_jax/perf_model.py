@@ -140,7 +140,9 @@ def build_profile(
     else:
         linear_flops = bf16_flops * q.compute_efficiency
     linear_bytes = q.bytes_per_weight * m.params_linear
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    def f32(x: float) -> Array:
+        return jnp.asarray(x, jnp.float32)
+
     return Profile(
         hbm_bytes=f32(g.hbm_bytes),
         weight_bytes=f32(linear_bytes + 2.0 * (m.params_embedding + m.params_lm_head)),

@@ -192,7 +192,9 @@ def load_trace(spec: str, keep_one_in: int = 1) -> Trace:
             out[i, 1 : n + 1] = np.cumsum(values)
             out[i, n + 1 :] = out[i, n]
         duration[i] = span
-    f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
+    def f32(x: np.ndarray) -> jnp.ndarray:
+        return jnp.asarray(x, jnp.float32)
+
     return Trace(
         arrival_s=f32(arrival),
         prompt_cumsum=f32(prompt_cs),

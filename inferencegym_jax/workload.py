@@ -87,7 +87,9 @@ def length_dist(
             raise ValueError(f"length {name}={value} must be > 0")
     if not 0.0 <= weight2 <= 1.0:
         raise ValueError(f"length weight2={weight2} must be in [0, 1]")
-    full = lambda x, dtype=jnp.float32: jnp.full((NUM_CLASSES,), x, dtype)  # noqa: E731
+    def full(x: float, dtype: Any = jnp.float32) -> Array:
+        return jnp.full((NUM_CLASSES,), x, dtype)
+
     return LengthDist(
         kind=full(LENGTH_KINDS[kind], jnp.int32),
         low=full(low),

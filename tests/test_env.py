@@ -82,7 +82,9 @@ def test_final_observation_is_the_pre_reset_observation():
 def test_same_key_same_trajectory(task):
     env, params = task
     space = env.action_space(params)
-    actions = lambda t: space.sample(jax.random.fold_in(jax.random.key(7), t))  # noqa: E731
+    def actions(t):
+        return space.sample(jax.random.fold_in(jax.random.key(7), t))
+
     run = jax.jit(lambda k: rollout(env, params, k, actions, 50))
     a = run(jax.random.key(3))
     b = run(jax.random.key(3))

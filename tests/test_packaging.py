@@ -39,3 +39,14 @@ def test_python_started_in_the_checkout_reads_the_checkout_folders():
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines()[0].startswith(str(CHECKOUT))
+
+
+def test_every_code_package_is_listed_for_installation():
+    """pyproject's packages list is explicit (data folders are mapped into the package), so a new
+    package folder must be added to it or the installed package silently lacks it."""
+    import tomllib
+
+    listed = set(tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(CHECKOUT).parts)
+             for top in ("inferencegym_jax", "training") for p in (CHECKOUT / top).rglob("__init__.py")}
+    assert found - listed == set(), f"add to pyproject's packages: {sorted(found - listed)}"

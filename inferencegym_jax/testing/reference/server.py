@@ -1,0 +1,121 @@
+"""One control interval of the server in NumPy (serving.serve_interval), for N envs at once.
+
+The phases in order, each the function of the same name in this package (and in serving):
+
+  engine.reconfigure          precision reloads, prefill-GPU start-up
+  engine.preempt_to_fit       newest sequences preempted when the KV budget shrank
+  admission.enqueue           this interval's arrivals at age 0
+  admission.admission_limits  free slots, free KV tokens, prefill room
+  admission.admit             preempted first, then by class and age
+  admission.prefill           the prefill pass and the time it leaves for decode
+  latency.time_to_first_token TTFT of each admitted queue bin
+  engine.decode               decode steps and memoryless completions
+  engine.preempt_to_fit       KV overflow from decode growth
+  engine.check_memory         out of memory: every sequence fails, the engine restarts
+  admission.age_queue         the admitted removed, the oldest timed out, the rest one older
+  latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from inferencegym_jax.serving import IntervalMetrics, Sequences, ServerState
+from inferencegym_jax.testing.reference import roofline
+from inferencegym_jax.testing.reference.admission import admission_limits, admit, age_queue, enqueue, prefill
+from inferencegym_jax.testing.reference.arrays import safe_div
+from inferencegym_jax.testing.reference.constants import EPS, F32, NUM_CLASSES, SECONDS_PER_HOUR
+from inferencegym_jax.testing.reference.engine import (
+    Decode,
+    Engine,
+    Memory,
+    check_memory,
+    decode,
+    preempt_to_fit,
+    reconfigure,
+)
+from inferencegym_jax.testing.reference.latency import Latency, latency_statistics, time_to_first_token
+from inferencegym_jax.workload import Arrivals
+
+
+def serve_interval(
+    state: ServerState, arrivals: Arrivals, config: Any, params: Any
+) -> tuple[ServerState, IntervalMetrics]:
+    """Advance N servers by one interval of params.dt_s seconds (serving.serve_interval; the
+    phases above). `config` is the applied ServingAction, (N,) leaves."""
+    profile = roofline.select_profile(params.profiles, config.quant_tier)
+    capacity = roofline.kv_capacity_tokens(profile, config.kv_budget)
+    engine, running, preempted, dropped = reconfigure(state, config, profile, params)
+    running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
+    queue = enqueue(state.queue, arrivals)
+    limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
+    admission, preempted = admit(queue, preempted, limits)
+    pass_ = prefill(admission, engine, limits, profile)
+    ttft = time_to_first_token(queue, admission, pass_, engine, limits, profile, params.dt_s)
+    re = admission.readmitted
+    running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
+                        running.remaining + re.remaining + pass_.new_output)
+    running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
+    running, preempted, memory = check_memory(running, preempted, engine, profile, params)
+    next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
+    latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    next_state = ServerState(next_queue, running, preempted, memory.stall_s.astype(F32), engine.prefill_warmup_s,
+                             config, np.ones_like(state.started))
+    metrics = interval_metrics(
+        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, timeouts,
+        dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
+    )
+    return next_state, metrics
+
+
+def interval_metrics(
+    next_state: ServerState, arrivals: Arrivals, engine: Engine, prefill_tokens: np.ndarray, admitted: np.ndarray,
+    produced: Decode, memory: Memory, latency: Latency, timeouts: np.ndarray, evicted: np.ndarray,
+    capacity: np.ndarray, tokens_per_step: np.ndarray, config: Any, profile: Any, params: Any,
+) -> IntervalMetrics:
+    """The interval's IntervalMetrics from the phases' results (serving.interval_metrics)."""
+    dt = params.dt_s
+    violations = latency.late + timeouts + memory.failed
+    decided = admitted + timeouts + memory.failed
+    waiting_n = np.sum(next_state.queue.count, axis=2)  # (N, 3)
+    queue_depth = np.sum(waiting_n, axis=1)
+    share_n = waiting_n + arrivals.count
+    share_total = np.sum(share_n, axis=1, keepdims=True)
+    class_share = np.where(share_total > EPS, share_n / np.maximum(share_total, EPS), F32(1.0 / NUM_CLASSES))
+    generated_rate = produced.generated / dt
+
+    def f32(x: Any) -> np.ndarray:
+        return np.asarray(x).astype(F32)
+
+    return IntervalMetrics(
+        ttft_p50_s=latency.ttft_p50_s,
+        ttft_p99_s=latency.ttft_p99_s,
+        ttft_slo_ratio=latency.ttft_slo_ratio,
+        tpot_s=produced.tpot_s,
+        output_tokens=produced.generated,
+        good_tokens=latency.good_tokens,
+        tokens_per_s=f32(generated_rate),
+        quality_tokens_per_s=f32(generated_rate * (1.0 - profile.quality_loss)),
+        prefill_tokens=prefill_tokens,
+        admitted=f32(admitted),
+        completed=produced.completed,
+        slo_violations=f32(violations),
+        slo_violation_rate=f32(np.clip(safe_div(violations, decided), 0.0, 1.0)),
+        timeouts=f32(timeouts),
+        failed=f32(memory.failed),
+        evictions=f32(evicted),
+        oom=f32(memory.oom),
+        gpu_memory_bytes=f32(memory.used_bytes),
+        kv_capacity_tokens=capacity,
+        kv_occupancy=f32(np.clip(safe_div(next_state.running.context, capacity), 0.0, 1.0)),
+        spec_acceptance=safe_div(tokens_per_step - 1.0, config.spec_length),
+        num_gpus=f32(engine.num_gpus),
+        cost_usd=f32(engine.num_gpus * profile.price_per_hour * dt / SECONDS_PER_HOUR),
+        stall_s=f32(engine.busy_s),
+        queue_depth=f32(queue_depth),
+        queue_mean_prompt=safe_div(np.sum(next_state.queue.prompt, axis=(1, 2)), queue_depth),
+        class_share=f32(class_share),
+    )
