@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: a fresh virtual environment, the package installed from this
-# checkout (not editable: tests exercise the installed package), then the whole suite.
+# checkout (not editable: tests exercise the installed package), the linter, then the whole suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv-test
 .venv-test/bin/pip install --quiet --upgrade pip
 .venv-test/bin/pip install --quiet ".[dev]"
+.venv-test/bin/ruff check .
 INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 "$@"
