@@ -14,9 +14,11 @@ rewards; compiled apart, warmed up, then the median of `--repeats` timed runs. T
 alternate, `--rounds` times, so that a change of machine load falls on all of them alike; a
 revision's steps/s is the median over rounds, and CPU ns per env step counts every thread.
 
-The children inherit the XLA flags of the `inferencegym` command
-(`inferencegym_jax.cli.common.use_xla_cpu_flags`, added here before they start), so every
-revision is compiled as the command compiles. Prints a markdown table; `--json` writes the
+With `--loop bench` (the default) the children inherit the XLA flags of the `inferencegym`
+command (`inferencegym_jax.cli.common.use_xla_cpu_flags`, added here before they start), so every
+revision is compiled as the command compiles; `--loop user` times the rollout a user writes
+(actions from `env.action_space(params).sample` inside the loop, only the summed rewards
+returned) under the caller's XLA flags, XLA's defaults unless set. Prints a markdown table; `--json` writes the
 rows and the machine.
 """
 
@@ -36,9 +38,14 @@ ACTION_TABLE = 16  # distinct steps of random actions, cycled
 SCRIPT = Path(__file__).resolve()
 
 
-def measure(env_id: str, num_envs: int, steps: int, repeats: int) -> dict[str, float]:
+def measure(env_id: str, num_envs: int, steps: int, repeats: int, loop: str = "bench") -> dict[str, float]:
     """Env-only steps/s and CPU ns per env step of the `inferencegym_jax` on sys.path (the
-    child's part: only the public API that every revision has)."""
+    child's part: only the public API that every revision has).
+
+    `loop` "bench": the bench's program (a table of random grid actions, final states and
+    rewards returned); "user": the rollout a user writes (actions from
+    `env.action_space(params).sample`, only the summed rewards returned).
+    """
     import time
 
     import jax
@@ -65,7 +72,22 @@ def measure(env_id: str, num_envs: int, steps: int, repeats: int) -> dict[str, f
 
         return jax.lax.scan(body, state, (jnp.arange(steps), jax.random.split(k_steps, steps)))
 
-    program = jax.jit(run).lower(jax.random.key(0)).compile()
+    space = env.action_space(params)
+
+    def user_run(key: jax.Array) -> jax.Array:
+        k_reset, k_steps = jax.random.split(key)
+        _, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(k_reset, num_envs), params)
+
+        def body(state: Any, k: jax.Array) -> Any:
+            k_act, k_env = jax.random.split(k)
+            a = jax.vmap(space.sample)(jax.random.split(k_act, num_envs))
+            _, state, reward, *_ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
+                jax.random.split(k_env, num_envs), state, a, params)
+            return state, reward
+
+        return jnp.sum(jax.lax.scan(body, state, jax.random.split(k_steps, steps))[1], axis=0)
+
+    program = jax.jit(run if loop == "bench" else user_run).lower(jax.random.key(0)).compile()
     jax.block_until_ready(program(jax.random.key(0)))  # warm-up
     wall, cpu = [], []
     for i in range(repeats):
@@ -97,7 +119,7 @@ def _child(tree: Path, args: argparse.Namespace, cwd: str) -> dict[str, float]:
     """One measurement of the revision in `tree`, in a child process."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     command = [sys.executable, str(SCRIPT), "--child", "--task", args.task, "--envs", str(args.envs),
-               "--steps", str(args.steps), "--repeats", str(args.repeats)]
+               "--steps", str(args.steps), "--repeats", str(args.repeats), "--loop", args.loop]
     out = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, check=False)
     if out.returncode:
         raise RuntimeError(f"{tree}: {out.stderr[-2000:]}")
@@ -115,7 +137,7 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
             for rev in args.revs:
                 results[rev].append(_child(trees[rev], args, tmp))
     return [{
-        "impl": f"jax @ {rev}",
+        "impl": f"jax @ {rev}" if args.loop == "bench" else f"jax user loop @ {rev}",
         "task": args.task,
         "num_envs": args.envs,
         "steps_per_sec": statistics.median(r["steps_per_sec"] for r in results[rev]),
@@ -132,7 +154,7 @@ def print_rows(rows: list[dict[str, Any]]) -> None:
 
     print(markdown_header(("revision", "task", "num_envs", "steps/s", "CPU ns per env step"), text_columns=2))
     for r in rows:
-        print(markdown_row((r["impl"].removeprefix("jax @ "), r["task"], r["num_envs"], r["steps_per_sec"],
+        print(markdown_row((r["impl"].split(" @ ")[-1], r["task"], r["num_envs"], r["steps_per_sec"],
                             r["cpu_ns_per_step"])))
 
 
@@ -145,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--steps", type=int, default=100, help="env steps per timed run")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per child; the median is kept")
     parser.add_argument("--rounds", type=int, default=3, help="alternations over the revisions")
+    parser.add_argument("--loop", choices=("bench", "user"), default="bench",
+                        help="bench: the bench's program, compiled as `inferencegym` compiles; user: the rollout a "
+                             "user writes (actions sampled in the loop, summed rewards only), XLA's default flags")
     parser.add_argument("--json", default=None, help="write the rows and the machine here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -155,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.child:  # the revision's own package is on sys.path: nothing of this tree's
-        print(json.dumps(measure(args.task, args.envs, args.steps, args.repeats)), flush=True)
+        print(json.dumps(measure(args.task, args.envs, args.steps, args.repeats, args.loop)), flush=True)
         return
     from inferencegym_jax.cli import bench, common
     from inferencegym_jax.files import atomic_write_json
@@ -169,7 +194,8 @@ def main(argv: list[str] | None = None) -> None:
         out = common.check_output_file(args.json, "--json") if args.json else None
     except (argparse.ArgumentTypeError, ValueError) as err:
         parser.error(str(err))
-    common.use_xla_cpu_flags()
+    if args.loop == "bench":
+        common.use_xla_cpu_flags()
     rows = compare(args)
     print_rows(rows)
     if out is not None:
