@@ -131,13 +131,15 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     root = Path(subprocess.run(["git", "-C", str(SCRIPT.parent), "rev-parse", "--show-toplevel"],
                                check=True, capture_output=True, text=True).stdout.strip())
     results: dict[str, list[dict[str, float]]] = {rev: [] for rev in args.revs}
+    labels = {rev: subprocess.run(["git", "-C", str(root), "rev-parse", "--short", rev], check=True,
+                                  capture_output=True, text=True).stdout.strip() for rev in args.revs}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {rev: checkout(rev, root, Path(tmp, f"r{i}")) for i, rev in enumerate(args.revs)}
         for _ in range(args.rounds):
             for rev in args.revs:
                 results[rev].append(_child(trees[rev], args, tmp))
     return [{
-        "impl": f"jax @ {rev}" if args.loop == "bench" else f"jax user loop @ {rev}",
+        "impl": f"jax @ {labels[rev]}" if args.loop == "bench" else f"jax user loop @ {labels[rev]}",
         "task": args.task,
         "num_envs": args.envs,
         "steps_per_sec": statistics.median(r["steps_per_sec"] for r in results[rev]),
