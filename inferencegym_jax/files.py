@@ -4,16 +4,47 @@ Every file the project writes (checkpoints, run records, generated data, tables)
 `atomic_write_bytes`: the bytes go to a temporary file in the target's folder, are flushed to
 disk, and the temporary file is renamed over the target (`os.replace`, atomic on POSIX within
 one file system). On any error the temporary file is removed and the target is untouched.
+
+A process killed mid-write (SIGKILL, power loss) cannot remove its temporary file: it stays in
+the folder as `.<name>-<random>.tmp` (`temp_file_glob`). `remove_stale_temp_files(path)` removes
+those of one target; writers that own their folder (checkpoints) call it before writing.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any
+
+TEMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(path: Path) -> str:
+    """The name prefix of `atomic_write_bytes`' temporary files for `path`: ".<name>-"."""
+    return f".{path.name}-"
+
+
+def temp_file_glob(path: str | os.PathLike) -> str:
+    """The glob pattern (relative to `path`'s folder) of the temporary files that writes of
+    `path` make: ".<name>-*.tmp"."""
+    return f"{glob.escape(_temp_prefix(Path(path)))}*{TEMP_SUFFIX}"
+
+
+def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files that interrupted writes of `path` left in its folder; returns
+    them. Only for a target no other process is writing at the same time (its temporary file
+    would be removed under it, and its write would fail)."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    stale = sorted(path.parent.glob(temp_file_glob(path)))
+    for tmp in stale:
+        tmp.unlink(missing_ok=True)
+    return stale
 
 
 def _mode_for(path: Path) -> int:
@@ -29,7 +60,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically (creating its folder); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
     try:
         os.chmod(tmp, _mode_for(path))  # mkstemp creates the file owner-only
         with os.fdopen(fd, "wb") as f:

@@ -36,6 +36,10 @@ def test_stop_and_resume_is_bit_identical(trainer, tmp_path):
 
     stopped, first = run_training(trainer, tmp_path / "b", progress=False, stop_after=4)
     assert int(stopped.update) == 4 and len(first) == 4
+    # What a run killed mid-write leaves: a checkpoint's temporary file, a metrics row cut short.
+    (tmp_path / "b" / f".{FILENAME}-k1ll3d.tmp").write_bytes(b"half a checkpoint")
+    with (tmp_path / "b" / "metrics.csv").open("a") as f:
+        f.write("5,40,0.12")
     resumed, second = run_training(trainer, tmp_path / "b", resume=True, progress=False)
     assert int(resumed.update) == 6 and len(second) == 2
     assert _leaves_equal(resumed, uninterrupted)  # params, optimiser, normalisers, envs, key
@@ -97,17 +101,28 @@ def test_checkpoints_of_an_older_runner_state_fail_clearly(trainer, saved):
     """A checkpoint whose RunnerState has a field this program's lacks (config_idx, the knobs in
     force that RunnerState carried before the action layouts moved into env wrappers) loads
     nothing and says so."""
-    import hashlib
-
     from flax import serialization
+
+    from training.checkpoint import record_digest
 
     path = saved / FILENAME
     record = serialization.msgpack_restore(path.read_bytes())
     state = serialization.msgpack_restore(record["payload"])
     state["config_idx"] = np.zeros((CONFIG.num_envs, 2), np.int32)
     record["payload"] = serialization.msgpack_serialize(state)
-    record["sha256"] = hashlib.sha256(record["payload"]).hexdigest()
+    record["sha256"] = record_digest(record)
     path.write_bytes(serialization.msgpack_serialize(record))
     assert read_config(saved) == CONFIG  # the header is fine
     with pytest.raises(ValueError, match=r"does not match this program's state: .*config_idx"):
         load_checkpoint(saved, trainer)
+
+
+def test_saving_removes_only_the_checkpoints_stale_temporary_files(trainer, saved):
+    stale = [saved / f".{FILENAME}-{tag}.tmp" for tag in ("a1b2c3", "zz")]
+    others = [saved / ".metrics.csv-a1b2c3.tmp", saved / f"{FILENAME}.tmp", saved / "notes.txt"]
+    for path in stale + others:
+        path.write_bytes(b"left by a killed run")
+    save_checkpoint(saved, trainer, trainer.jit_init(trainer.root_key()))
+    assert not any(p.exists() for p in stale)
+    assert all(p.exists() for p in others)
+    assert int(load_checkpoint(saved, trainer).update) == 0

@@ -70,8 +70,9 @@ class PPOConfig:
 
     # --- static: what is trained, and the shapes of the program
     task: str = _static("InferenceGym-Task1-v0", "env id (or task number 1..N in files)")
+    # jax.random.key keeps the low 32 bits of a seed: a larger one would repeat a smaller one.
     seed: int = _static(0, "training seed: every key comes from evaluate.training_key(seed)",
-                        lambda v: v >= 0, ">= 0")
+                        lambda v: 0 <= v <= 2**32 - 1, "in [0, 2**32 - 1]")
     num_envs: int = _static(256, "parallel environments", lambda v: v >= 1, ">= 1")
     num_steps: int = _static(64, "rollout length per update [intervals]", lambda v: v >= 1, ">= 1")
     num_updates: int = _static(100, "PPO updates in the run", lambda v: v >= 1, ">= 1")

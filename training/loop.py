@@ -9,6 +9,7 @@ parameters on CPU (tests/test_checkpoint.py), and so does stopping after N updat
 from __future__ import annotations
 
 import csv
+import io
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from inferencegym_jax.files import atomic_write_text
 from training.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
 from training.ppo import RunnerState, Trainer
 
@@ -24,6 +26,7 @@ METRICS_FILE = "metrics.csv"
 
 
 def _metrics_rows(trainer: Trainer, first_update: int, metrics: dict[str, Any]) -> list[dict[str, float]]:
+    """One metrics.csv row per update of a chunk that started after `first_update` updates."""
     host = {k: np.asarray(v) for k, v in metrics.items()}
     count = len(next(iter(host.values())))
     rows = []
@@ -35,25 +38,55 @@ def _metrics_rows(trainer: Trainer, first_update: int, metrics: dict[str, Any]) 
     return rows
 
 
+def _kept_rows(path: Path, keep_up_to: int) -> list[dict[str, str]]:
+    """The rows of an existing CSV up to update `keep_up_to` (a resumed run keeps those); a row
+    cut short by a killed write, or unreadable, is dropped."""
+    if not path.exists():
+        return []
+    kept = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                update = int(float(row["update"]))
+            except (KeyError, TypeError, ValueError):
+                continue
+            if update <= keep_up_to and None not in row.values() and None not in row:
+                kept.append(row)
+    return kept
+
+
 def _write_rows(path: Path, rows: list[dict[str, float]], keep_up_to: int | None = None) -> None:
-    """Append rows to a CSV; with keep_up_to, first drop rows past that update (a resumed run)."""
-    existing: list[dict[str, str]] = []
-    if keep_up_to is not None and path.exists():
-        with path.open() as f:
-            existing = [r for r in csv.DictReader(f) if int(float(r["update"])) <= keep_up_to]
-    mode = "w" if keep_up_to is not None or not path.exists() else "a"
-    with path.open(mode, newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else [])
-        if mode == "w":
-            writer.writeheader()
-            writer.writerows(existing)
-        writer.writerows(rows)
+    """Append rows to a CSV; with keep_up_to, rewrite it (atomically) with the rows up to that
+    update (a fresh or resumed run) followed by `rows`."""
+    if keep_up_to is None and path.exists():
+        with path.open("a", newline="") as f:
+            csv.DictWriter(f, fieldnames=list(rows[0]) if rows else []).writerows(rows)
+        return
+    kept = _kept_rows(path, keep_up_to) if keep_up_to is not None else []
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]) if rows else [])
+    writer.writeheader()
+    writer.writerows(kept)
+    writer.writerows(rows)
+    atomic_write_text(path, text.getvalue())
 
 
 def read_metrics(directory: str | Path) -> list[dict[str, float]]:
     """DIR/metrics.csv as a list of rows of floats."""
     with (Path(directory) / METRICS_FILE).open() as f:
         return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def _start_state(trainer: Trainer, out: Path | None, resume: bool, initial: RunnerState | None) -> RunnerState:
+    """`initial`, else out's checkpoint (resume: ValueError when there is none or it does not
+    match), else a fresh init."""
+    if initial is not None:
+        return initial
+    if resume:
+        if out is None or not checkpoint_path(out).exists():
+            raise ValueError(f"--resume: no checkpoint in {out}")
+        return load_checkpoint(out, trainer)
+    return trainer.jit_init(trainer.root_key(), trainer.default_hparams())
 
 
 def run_training(
@@ -64,15 +97,18 @@ def run_training(
     stop_after: int | None = None,
     progress: bool = True,
     on_chunk: Callable[[RunnerState, list[dict[str, float]]], None] | None = None,
+    initial: RunnerState | None = None,
 ) -> tuple[RunnerState, list[dict[str, float]]]:
     """Train in chunks of `config.checkpoint_every` updates, checkpointing between chunks.
 
     Args:
       out_dir: where metrics.csv and checkpoint.msgpack go (None: keep nothing on disk).
       resume: continue from out_dir's checkpoint (ValueError if there is none or it does not
-        match); without it an existing checkpoint is overwritten.
+        match; nothing is written then); without it an existing checkpoint is overwritten.
       stop_after: stop once this many updates are done (as if interrupted); None runs all.
       progress: show a tqdm bar over updates.
+      initial: start from this state (a checkpoint the caller has already loaded and checked)
+        instead of a fresh init or out_dir's checkpoint; metrics.csv keeps its rows up to it.
 
     Returns the final RunnerState and the metric rows of the updates run in this call.
     """
@@ -81,18 +117,12 @@ def run_training(
     config = trainer.config
     hp = trainer.default_hparams()
     out = Path(out_dir) if out_dir is not None else None
+    runner = _start_state(trainer, out, resume, initial)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    if resume:
-        if out is None or not checkpoint_path(out).exists():
-            raise ValueError(f"--resume: no checkpoint in {out}")
-        runner = load_checkpoint(out, trainer)
-    else:
-        runner = trainer.jit_init(trainer.root_key(), hp)
     done = int(runner.update)
     target = config.num_updates if stop_after is None else min(stop_after, config.num_updates)
     all_rows: list[dict[str, float]] = []
-    first_write = True
     with tqdm(total=config.num_updates, initial=done, unit="update", disable=not progress,
               desc=f"PPO {config.task}") as bar:
         while done < target:
@@ -105,12 +135,11 @@ def run_training(
             seconds = time.perf_counter() - t0
             for row in rows:
                 row["chunk_seconds"] = seconds
-            done += n
             if out is not None:
                 # A fresh or resumed run rewrites the CSV once, keeping rows up to where it started.
-                _write_rows(out / METRICS_FILE, rows, keep_up_to=(done - n) if first_write else None)
+                _write_rows(out / METRICS_FILE, rows, keep_up_to=done if not all_rows else None)
                 save_checkpoint(out, trainer, runner)
-                first_write = False
+            done += n
             all_rows.extend(rows)
             if on_chunk is not None:
                 on_chunk(runner, rows)

@@ -7,7 +7,8 @@
 `common` holds what they share (argument types, output checks, tables, XLA flags). JAX, the
 trainer and pandas are imported inside the commands, so building the parser (`--help`) imports
 none of them beyond what `inferencegym_jax` itself imports. In `main`, a ValueError (bad input)
-or an OSError (an unusable output path) becomes one line on stderr and exit status 2.
+or an OSError (an unusable output path) becomes one line on stderr and exit status 2, as does
+an argument argparse refuses.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import os
 import sys
 
 from inferencegym_jax.cli import bench, env_commands, training_commands
-from inferencegym_jax.cli.common import XLA_CPU_FLAGS, use_xla_cpu_flags
+from inferencegym_jax.cli.common import XLA_CPU_FLAGS, one_line_errors, use_xla_cpu_flags
 
 PROG = "inferencegym"
 
@@ -26,7 +27,7 @@ __all__ = ["XLA_CPU_FLAGS", "build_parser", "main", "use_xla_cpu_flags"]
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every subcommand; each sets `func`, the command to run with the args."""
-    parser = argparse.ArgumentParser(prog=PROG, description="LLM inference-serving RL environment")
+    parser = one_line_errors(argparse.ArgumentParser(prog=PROG, description="LLM inference-serving RL environment"))
     sub = parser.add_subparsers(dest="command", required=True)
     env_commands.add_parsers(sub)
     training_commands.add_parsers(sub)
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
 
     `args.xla_flags_at_start` keeps XLA_FLAGS as found (None if unset) for commands that must
     measure without the CLI's flags. Bad input and unusable output paths exit with status 2
-    and one line `inferencegym: error: ...` on stderr; argparse errors as argparse prints them.
+    and one line `inferencegym: error: ...` on stderr, as do argument errors (`one_line_errors`).
     """
     args = build_parser().parse_args(argv)
     args.xla_flags_at_start = os.environ.get("XLA_FLAGS")

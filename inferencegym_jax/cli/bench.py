@@ -71,7 +71,7 @@ from inferencegym_jax.cli.bench_rows import (
     user_loop,
     user_loop_child,
 )
-from inferencegym_jax.cli.common import check_output_file, positive_int, task_id
+from inferencegym_jax.cli.common import add_command, check_output_file, positive_int, task_id
 
 DEFAULT_ENVS = (1, 64, 1024, 8192, 65536)
 IMPLS = ("jax", USER_LOOP, "numpy")
@@ -187,7 +187,7 @@ def cmd_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `bench` subcommand."""
-    p = sub.add_parser("bench", help="env steps/s against num_envs, JAX and the NumPy reference",
+    p = add_command(sub, "bench", help="env steps/s against num_envs, JAX and the NumPy reference",
                        description=__doc__.split("\n\n")[0])
     p.add_argument("--envs", type=positive_int, nargs="+", default=list(DEFAULT_ENVS), help="numbers of parallel envs")
     p.add_argument("--tasks", nargs="+", type=task_id, default=["InferenceGym-Task3-v0"], help="task numbers or ids")

@@ -7,11 +7,12 @@ fast); the task registry is read inside `task_id`, when an argument is parsed.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 # XLA:CPU (jaxlib 0.10) hands reductions to YNNPACK, which is slower than XLA's own fused loops on
 # the env's small (envs, 3, 16) reductions: with this flag the env steps 1.13x faster at 8,192
@@ -23,6 +24,11 @@ _XLA_CPU_FLAGS_FOR = "0.10."
 # Registered ids look like this; the number names the task's files (configs/tasks/task<N>.toml,
 # configs/train/ppo_task<N>.toml).
 _TASK_ID = re.compile(r"InferenceGym-Task(\d+)-v\d+")
+
+
+# Seeds: `jax.random.key(seed)` keeps only the low 32 bits of a seed (with 64-bit types off, the
+# default), so 2**32 would silently repeat seed 0, and seeds past int64 raise OverflowError.
+MAX_SEED = 2**32 - 1
 
 
 def use_xla_cpu_flags() -> bool:
@@ -75,6 +81,39 @@ def positive_int(value: str) -> int:
     return int(value)
 
 
+def seed_int(value: str) -> int:
+    """argparse type: an integer seed in [0, MAX_SEED] (jax.random.key keeps 32 bits of a seed)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a seed: use an integer in [0, 2**32 - 1 = {MAX_SEED}]")
+    return number
+
+
+def _one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
+    """`parser.error` of every subcommand: `inferencegym: error: ...` on one line, exit status 2
+    (argparse's own prints the usage first)."""
+    program = parser.prog.split()[0]
+    message = " ".join(message.splitlines())
+    parser.exit(2, f"{program}: error: {message} (see {parser.prog} --help)\n")
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser`, its argument errors made one line like the commands' own errors
+    (`inferencegym_jax.cli.main`): `inferencegym: error: ...`, exit status 2. The error method is
+    replaced on the instance because subcommand parsers are made by `add_parser`, whose class is
+    chosen where the top-level parser is built."""
+    parser.error = functools.partial(_one_line_error, parser)
+    return parser
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """`sub.add_parser(name, **kwargs)` with one-line argument errors (`one_line_errors`)."""
+    return one_line_errors(sub.add_parser(name, **kwargs))
+
+
 def _first_existing(path: Path) -> Path:
     """`path` or its nearest ancestor that exists."""
     while not os.path.lexists(path) and path != path.parent:
@@ -107,6 +146,14 @@ def check_output_folder(value: str, option: str) -> Path:
     path = Path(value)
     _check_can_make_folder(path, option, value)
     return path
+
+
+def check_output_files(folder: Path, names: Sequence[str], option: str) -> None:
+    """ValueError (naming `option`) when one of the files a command writes in `folder` is a folder."""
+    for name in names:
+        if (folder / name).is_dir():
+            raise ValueError(f"{option} {str(folder)!r}: {str(folder / name)!r} is a folder, where the command "
+                             "writes a file")
 
 
 def print_frame(frame: Any, index: bool = True) -> None:

@@ -12,7 +12,15 @@ import argparse
 import time
 from typing import Any
 
-from inferencegym_jax.cli.common import check_output_file, positive_int, print_frame, registered_tasks, task_id
+from inferencegym_jax.cli.common import (
+    add_command,
+    check_output_file,
+    positive_int,
+    print_frame,
+    registered_tasks,
+    seed_int,
+    task_id,
+)
 from inferencegym_jax.files import atomic_write_json
 
 # Grids up to this many static configurations also get the hindsight oracle bound (each
@@ -99,17 +107,17 @@ def cmd_baselines(args: argparse.Namespace) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `rollout` and `baselines` subcommands."""
-    p = sub.add_parser("rollout", help="run a fixed policy on the tasks and print serving metrics")
+    p = add_command(sub, "rollout", help="run a fixed policy on the tasks and print serving metrics")
     p.add_argument("--task", type=task_id, action="append", help="task number or id (repeatable; default all)")
     p.add_argument("--episodes", type=positive_int, default=64)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0, help="evaluation seed, in [0, 2**32 - 1]")
     p.add_argument("--policy", choices=["default", "random"], default="default")
     p.set_defaults(func=cmd_rollout)
 
-    p = sub.add_parser("baselines", help="grade every baseline on held-out episodes")
+    p = add_command(sub, "baselines", help="grade every baseline on held-out episodes")
     p.add_argument("--task", type=task_id, action="append", help="task number or id (repeatable; default all)")
     p.add_argument("--episodes", type=positive_int, default=256)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0, help="evaluation seed, in [0, 2**32 - 1]")
     p.add_argument("--json", default=None, help="write the table as JSON to this path")
     p.add_argument("--no-hindsight", action="store_true", help="skip the hindsight oracle bound")
     p.set_defaults(func=cmd_baselines)

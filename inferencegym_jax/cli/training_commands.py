@@ -3,6 +3,7 @@
     inferencegym train --task 1 --out runs/task1              # configs/train/ppo_task1.toml
     inferencegym train --task 1 --config my.toml --out DIR --set lr=1e-3 --set num_updates=50
     inferencegym train --out DIR --resume                     # continue from DIR/checkpoint.msgpack
+    inferencegym train --task 1 --out DIR --no-eval           # train only: no graded evaluation
     inferencegym eval --checkpoint DIR --episodes 256 --json DIR/eval.json
     inferencegym sweep --task 1 --grid lr=1e-4,3e-4,1e-3,3e-3 --seeds 4 --out DIR
 
@@ -11,6 +12,11 @@ DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png 
 graded held-out evaluation against every baseline, DIR/eval.json. Without `--config`, a task
 trains with its shipped config `ppo_task<N>`; a task without one is an error (pass `--config`).
 The trainer, JAX and pandas are imported inside the commands.
+
+Every check comes before the first file is written: output paths (a folder where a file goes,
+a file where a folder goes, a folder that cannot be written), the config, the baselines and,
+with `--resume`, the checkpoint (present, intact, written for the task and config asked for and
+for the folder's config.toml). A failed command leaves the run folder as it was.
 """
 
 from __future__ import annotations
@@ -22,17 +28,25 @@ from pathlib import Path
 from typing import Any
 
 from inferencegym_jax.cli.common import (
+    MAX_SEED,
+    add_command,
     check_output_file,
+    check_output_files,
     check_output_folder,
     positive_int,
     ppo_config_name,
     print_frame,
+    seed_int,
     task_id,
 )
-from inferencegym_jax.files import atomic_write_text
+from inferencegym_jax.files import atomic_write_text, remove_stale_temp_files
 
 # The task `train` and `sweep` use when neither --task nor --config names one.
 DEFAULT_TASK = "InferenceGym-Task1-v0"
+
+# What `train` and `sweep` write in their --out folder.
+RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "eval.json")
+SWEEP_FILES = ("sweep.csv", "sweep_summary.csv", "best.toml")
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -120,31 +134,89 @@ def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episo
     return table, {name: float(r.mean()) for name, r in rewards.items()}
 
 
+def _requested_by(args: argparse.Namespace) -> str:
+    """How the task of a resumed run was asked for, for messages."""
+    if args.task is not None:
+        return f"--task {args.task}"
+    return f"--config {args.config}" if args.config is not None else "the checkpoint's config"
+
+
+def check_resume(out: Path, config: Any, args: argparse.Namespace) -> None:
+    """ValueError unless OUT's checkpoint is intact and written for the task and config asked
+    for and for those of OUT/config.toml (when there is one): a folder holds one run. Cheap (no
+    env is built); `load_checkpoint` then checks the env params and the state's shapes."""
+    from training.checkpoint import config_differences, read_config
+    from training.config import load_config
+
+    saved = read_config(out)  # verifies the checksum: a corrupt checkpoint fails here
+    if saved.task != config.task:
+        raise ValueError(f"--resume: the checkpoint in {out} was written for {saved.task}, not for "
+                         f"{config.task} ({_requested_by(args)})")
+    if saved != config:
+        raise ValueError(f"--resume: the checkpoint in {out} was written by a different config: "
+                         f"{config_differences(saved, config, 'checkpoint', 'requested')}")
+    recorded_path = out / "config.toml"
+    if not recorded_path.exists():
+        return
+    try:
+        recorded = load_config(recorded_path)
+    except ValueError as err:
+        raise ValueError(f"--resume: {err}; the folder's config.toml records the run's config: fix it, or remove "
+                         "it to resume from the checkpoint's") from None
+    if recorded.task != saved.task:
+        raise ValueError(f"--resume: the checkpoint in {out} was written for {saved.task}, but the folder's "
+                         f"config.toml is for {recorded.task}: the folder mixes two runs")
+    if recorded != saved:
+        raise ValueError(f"--resume: {recorded_path} and the checkpoint in {out} disagree: "
+                         f"{config_differences(recorded, saved, 'config.toml', 'checkpoint')}")
+
+
+def prepare_run(args: argparse.Namespace) -> tuple[Path, Any, Any, Any]:
+    """Every check of `train`, before anything is written: (out folder, config, trainer, the
+    state to start from: the verified checkpoint with --resume, else None)."""
+    from training.checkpoint import checkpoint_path, load_checkpoint
+    from training.ppo import make_train
+
+    out = check_output_folder(args.out, "--out")
+    check_output_files(out, RUN_FILES, "--out")
+    if args.resume and not checkpoint_path(out).is_file():
+        raise ValueError(f"--resume: no checkpoint in {out} (train without --resume first)")
+    config = resolve_config(args)
+    if args.resume:
+        check_resume(out, config, args)
+    trainer = make_train(config)
+    check_baselines(trainer, _baseline_names(args.baselines))
+    start = load_checkpoint(out, trainer) if args.resume else None
+    return out, config, trainer, start
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     """Train (or resume), checkpointing; then grade against the baselines and plot."""
     import jax
 
     from training.loop import read_metrics, run_training
     from training.plots import plot_reward_curve
-    from training.ppo import make_train
 
-    config = resolve_config(args)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out, config, trainer, start = prepare_run(args)
     print(f"resolved config ({config.total_env_steps:,} env steps, jax {jax.__version__}, "
           f"{jax.device_count()} {jax.default_backend()} device(s)):\n{config.describe()}", flush=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_FILES:  # what a killed earlier run left half-written
+        remove_stale_temp_files(out / name)
+    if not args.resume:  # a fresh run replaces the folder's run: its evaluation was of another policy
+        (out / "eval.json").unlink(missing_ok=True)
     atomic_write_text(out / "config.toml", config.to_toml())
-    trainer = make_train(config)
-    check_baselines(trainer, _baseline_names(args.baselines))
     t0 = time.perf_counter()
-    runner, rows = run_training(trainer, out, resume=args.resume, progress=not args.no_progress)
+    runner, rows = run_training(trainer, out, resume=args.resume, progress=not args.no_progress, initial=start)
     train_seconds = time.perf_counter() - t0
     steps = len(rows) * config.batch_size
     print(f"trained {len(rows)} updates ({steps:,} env steps) in {train_seconds:.1f} s "
           f"(compile included): {steps / max(train_seconds, 1e-9):,.0f} env steps/s", flush=True)
-    episodes = args.eval_episodes or config.eval_episodes
-    _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
-                                  {"train_seconds": train_seconds, "config": config.to_toml()})
+    levels: dict[str, float] = {}
+    if not args.no_eval:
+        episodes = args.eval_episodes or config.eval_episodes
+        _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
+                                      {"train_seconds": train_seconds, "config": config.to_toml()})
     plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
     print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'checkpoint.msgpack'}")
 
@@ -167,7 +239,11 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     from training.sweep import parse_grid, run_sweep
 
     out = check_output_folder(args.out, "--out")
+    check_output_files(out, SWEEP_FILES, "--out")
     config = resolve_config(args)
+    if config.seed + args.seeds - 1 > MAX_SEED:
+        raise ValueError(f"--seeds {args.seeds}: the seeds {config.seed} .. {config.seed + args.seeds - 1} go past "
+                         f"the largest seed, 2**32 - 1 = {MAX_SEED}")
     grid = parse_grid(args.grid)
     print(f"sweep over {grid} x {args.seeds} seeds, one program; base config:\n{config.describe()}", flush=True)
     result = run_sweep(config, grid, num_seeds=args.seeds, eval_episodes=args.episodes, eval_seed=args.eval_seed)
@@ -188,30 +264,32 @@ def _config_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
     p.add_argument("--updates", type=positive_int, default=None, help="override num_updates")
-    p.add_argument("--seed", type=int, default=None, help="override the training seed")
-    p.add_argument("--eval-seed", type=int, default=0, help="seed of the held-out evaluation episodes")
+    p.add_argument("--seed", type=seed_int, default=None, help="override the training seed (in [0, 2**32 - 1])")
+    p.add_argument("--eval-seed", type=seed_int, default=0, help="seed of the held-out evaluation episodes")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `train`, `eval` and `sweep` subcommands."""
-    p = sub.add_parser("train", help="train PPO on a task, then grade it against every baseline")
+    p = add_command(sub, "train", help="train PPO on a task, then grade it against every baseline")
     _config_options(p)
     p.add_argument("--out", required=True, help="run directory")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.msgpack")
     p.add_argument("--eval-episodes", type=positive_int, default=None, help="held-out episodes (default: config)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-eval", action="store_true",
+                   help="skip the graded evaluation at the end (no eval.json; the curve has no baseline levels)")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("eval", help="grade a saved policy against every baseline")
+    p = add_command(sub, "eval", help="grade a saved policy against every baseline")
     p.add_argument("--checkpoint", required=True, help="run directory with checkpoint.msgpack")
     p.add_argument("--episodes", type=positive_int, default=256)
-    p.add_argument("--eval-seed", type=int, default=0)
+    p.add_argument("--eval-seed", type=seed_int, default=0, help="seed of the held-out evaluation episodes")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("sweep", help="vmapped sweep over traced hyperparameters and seeds")
+    p = add_command(sub, "sweep", help="vmapped sweep over traced hyperparameters and seeds")
     _config_options(p)
     p.add_argument("--grid", action="append", required=True, metavar="NAME=V1,V2,...", help="repeatable")
     p.add_argument("--seeds", type=positive_int, default=4)
