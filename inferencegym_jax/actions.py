@@ -93,8 +93,7 @@ def clip_action(action: Any, default: ServingAction, active: tuple[bool, ...]) -
         snapped = action_from_indices(indices_from_action(ServingAction(*values))).as_vector()
         # kv_budget stays continuous; the others are snapped to their grid.
         applied = values.at[1:].set(snapped[1:])
-        changed = jnp.where(mask, ~finite | (jnp.abs(applied - raw) > 1e-6),
-                            jnp.abs(raw - default.as_vector()) > 1e-6)
+        changed = ~finite | jnp.where(mask, jnp.abs(applied - raw) > 1e-6, jnp.abs(raw - default.as_vector()) > 1e-6)
     else:
         raw = jnp.asarray(action, jnp.int32)
         idx = jnp.clip(raw, 0, jnp.asarray(GRID_SIZES, jnp.int32) - 1)

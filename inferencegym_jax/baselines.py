@@ -17,24 +17,46 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from inferencegym_jax import graders, perf_model, serving, workload
 from inferencegym_jax.actions import BATCH_SIZES, ServingAction, indices_from_action
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, Observation
 from inferencegym_jax.evaluate import Policy, episode_keys, run_episode
 
+# The policies are pytrees with a `__call__` (`evaluate.as_policy_pytree`): what they hold is an
+# argument of the compiled evaluation program, so every fixed configuration of a task, say,
+# shares one compilation.
+
+
+@struct.dataclass
+class RandomPolicy:
+    """Uniform over the action grid of `env` (masked knobs have a single choice)."""
+
+    env: InferenceGymEnv = struct.field(pytree_node=False)
+
+    def __call__(self, key: jax.Array, obs: Observation, params: EnvParams) -> jax.Array:
+        return self.env.action_space(params).sample(key)
+
+
+@struct.dataclass
+class FixedPolicy:
+    """Always `action`: a ServingAction or an int32 (5,) grid-index vector."""
+
+    action: Any
+
+    def __call__(self, key: jax.Array, obs: Observation, params: EnvParams) -> Any:
+        return self.action
+
 
 def random_policy(env: InferenceGymEnv) -> Policy:
     """Uniform over the task's action grid (masked knobs have a single choice)."""
-
-    def policy(key: jax.Array, obs: Observation, params: EnvParams) -> jax.Array:
-        return env.action_space(params).sample(key)
-
-    return policy
+    return RandomPolicy(env)
 
 
 # The fixed vLLM-default configuration of the issue: the whole KV budget, no speculation,
@@ -50,11 +72,7 @@ VLLM_DEFAULT = ServingAction(
 
 def fixed_policy(action: ServingAction | jax.Array) -> Policy:
     """Always the same action (a ServingAction or a grid-index vector)."""
-
-    def policy(key: jax.Array, obs: Observation, params: EnvParams):
-        return action
-
-    return policy
+    return FixedPolicy(action)
 
 
 def fixed_default_policy() -> Policy:
@@ -94,9 +112,17 @@ def heuristic_policy(env: InferenceGymEnv) -> Policy:
         the engine for seconds, longer than the bursts a reactive rule would chase.
     Beyond that plan it knows the SLOs and the memory limit, not the load: it has to find it.
     """
-    active = env.default_params.active_knobs
+    return HeuristicPolicy(env.default_params.active_knobs)
 
-    def policy(key: jax.Array, obs: Observation, params: EnvParams) -> ServingAction:
+
+@struct.dataclass
+class HeuristicPolicy:
+    """The controller of `heuristic_policy` for a task whose active knobs are `active`."""
+
+    active: tuple[bool, ...] = struct.field(pytree_node=False)
+
+    def __call__(self, key: jax.Array, obs: Observation, params: EnvParams) -> ServingAction:
+        active = self.active
         s, wl, default = params.server, params.workload, params.default_action
         kv_now, batch_now = obs.config[0], obs.config[2]
         slo_ref = jnp.sum(wl.class_mix * s.ttft_slo_s)
@@ -129,8 +155,6 @@ def heuristic_policy(env: InferenceGymEnv) -> Policy:
         planned = workload.mean_rate(wl) * mean_prompt / prefill_rate > DISAGG_PREFILL_SHARE
         disagg = jnp.where(active[3], planned.astype(jnp.float32), default.prefill_disagg)
         return ServingAction(kv_budget=kv, spec_length=spec, batch_size=batch, prefill_disagg=disagg, quant_tier=tier)
-
-    return policy
 
 
 # ----------------------------------------------------------------------------- static search
@@ -245,6 +269,9 @@ def baseline_policies(env: InferenceGymEnv, params: EnvParams, task_id: str) -> 
 
 __all__ = [
     "VLLM_DEFAULT",
+    "FixedPolicy",
+    "HeuristicPolicy",
+    "RandomPolicy",
     "baseline_policies",
     "best_static_policy",
     "fixed_default_policy",

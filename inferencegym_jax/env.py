@@ -7,7 +7,9 @@
 truncation; the serving task has no terminal state, so `terminated` is always False) the
 returned `obs` and `state` are those of a fresh episode and `info["final_observation"]` holds
 the observation the episode ended on, for bootstrapping. `reset` and `step` check concrete
-params and actions on the host first; `reset_env` and `step_env` are the same without checks.
+params (`param_checks`) and actions on the host first; `reset_env` and `step_env` are the same
+without checks. Keys are `jax.random.key(seed)` or legacy `jax.random.PRNGKey(seed)` keys (the
+same draws for the same seed; `sampling.as_key`), one per env: vmap over a batch of them.
 
 Keys: `step_env(key)` draws the interval's traffic from `sampling.uniforms(key, STEP_DRAWS +
 RESET_DRAWS)`, and `step(key)` resets from the last RESET_DRAWS of those same uniforms: one PRNG
@@ -20,13 +22,15 @@ the normalised float32 (OBS_SIZE,) vector networks use. The reward is `reward.re
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
-from inferencegym_jax import observation, sampling, serving, spaces, validation, workload
+from inferencegym_jax import observation, param_checks, sampling, serving, spaces, validation, workload
 from inferencegym_jax.actions import GRID_SIZES, KNOBS, ServingAction, clip_action
 from inferencegym_jax.observation import OBS_SIZE, Observation
 from inferencegym_jax.reward import RewardParams, reward
@@ -83,6 +87,19 @@ class EnvState:
     last: serving.IntervalMetrics
 
 
+def params_fingerprint(params: EnvParams) -> str:
+    """SHA-256 of a concrete params pytree: its structure (static fields included), and every
+    leaf's shape, dtype and bytes. Equal exactly when two params define the same task."""
+    digest = hashlib.sha256()
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    digest.update(str(treedef).encode())
+    for leaf in leaves:
+        array = np.asarray(leaf)
+        digest.update(str((array.shape, array.dtype)).encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def auto_reset(done: jax.Array, reset: Any, stepped: Any) -> Any:
     """`reset` where the episode is `done`, else `stepped` (same-structured pytrees): the
     auto-reset of a gymnax-style `step`."""
@@ -93,7 +110,7 @@ class InferenceGymEnv:
     """LLM inference-serving control (see the module docstring and README for the tables)."""
 
     def __init__(self, default_params: EnvParams, env_id: str = "InferenceGym-Custom-v0"):
-        validation.check_params(default_params)
+        self._check_params(default_params)
         self._default_params = default_params
         self.env_id = env_id
 
@@ -107,6 +124,21 @@ class InferenceGymEnv:
 
     def __repr__(self) -> str:
         return f"InferenceGymEnv({self.env_id!r})"
+
+    # Envs are static arguments of jitted programs (evaluation, baselines): equal envs (same id,
+    # same default params, value for value) share compiled programs, so that making the same
+    # task twice, as a server or a sweep driver does in a loop, compiles nothing new.
+    def _identity(self) -> tuple[type, str, str]:
+        if not hasattr(self, "_fingerprint"):
+            concrete = validation.is_concrete(self._default_params)
+            self._fingerprint = params_fingerprint(self._default_params) if concrete else f"object {id(self)}"
+        return type(self), self.env_id, self._fingerprint
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InferenceGymEnv) and self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
 
     # ------------------------------------------------------------------ spaces
 
@@ -128,9 +160,7 @@ class InferenceGymEnv:
 
     def reset(self, key: jax.Array, params: EnvParams | None = None) -> tuple[Observation, EnvState]:
         """A fresh episode from `key`; concrete params are checked first (ValueError)."""
-        params = params or self._default_params
-        if validation.is_concrete(params):
-            validation.check_params(params)
+        params = self._check_params(self._default_params if params is None else params)
         return self.reset_env(key, params)
 
     def reset_env(self, key: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
@@ -153,7 +183,7 @@ class InferenceGymEnv:
         Raises:
           ValueError: outside jit, for an action of the wrong shape, dtype or range.
         """
-        params = params or self._default_params
+        params = self._check_params(self._default_params if params is None else params)
         validation.check_action(action)
         u = sampling.uniforms(key, DRAWS_PER_STEP)
         obs, state_next, reward_, terminated, truncated, info = self._transition(u, state, action, params)
@@ -168,6 +198,16 @@ class InferenceGymEnv:
         """One control interval without auto-reset or host-side checks (the transition `step`
         makes for the same key)."""
         return self._transition(sampling.uniforms(key, DRAWS_PER_STEP), state, action, params)
+
+    @staticmethod
+    def _check_params(params: Any) -> EnvParams:
+        """`params`, checked leaf by leaf (`param_checks`) when concrete; ValueError otherwise."""
+        if not isinstance(params, EnvParams):
+            raise ValueError(f"params must be an env.EnvParams (as inferencegym_jax.make returns), "
+                             f"got {type(params).__name__}")
+        if validation.is_concrete(params):
+            param_checks.check_params(params)
+        return params
 
     def _reset_from_uniforms(self, u: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
         horizon_s = params.max_steps_in_episode * params.server.dt_s

@@ -1,7 +1,9 @@
 """Key-seeded evaluation: N episodes of any policy in one jitted, vmapped call.
 
 A policy is a function `policy(key, obs, params) -> action` (an int32 (5,) index vector or a
-`ServingAction`) for one env; anything it needs (network weights, normaliser) is closed over.
+`ServingAction`) for one env; anything it needs (network weights, normaliser) is closed over,
+or, for a policy that is a pytree with a `__call__` (the baselines are), held in its leaves:
+those are arguments of the compiled program, so such policies share one compilation.
 
 Reproducibility contract:
   * episode i uses `jax.random.fold_in(key, i)`, so its result does not depend on how many
@@ -93,17 +95,37 @@ def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: ja
     return traj
 
 
-@functools.partial(jax.jit, static_argnames=("env", "policy", "num_steps"))
+@struct.dataclass
+class FunctionPolicy:
+    """A plain policy function as a pytree with no leaves: `run_episodes` passes every policy
+    to its jitted program as an argument, and a function is part of the program (static)."""
+
+    fn: Policy = struct.field(pytree_node=False)
+
+    def __call__(self, key: jax.Array, obs: Observation, params: EnvParams) -> Any:
+        return self.fn(key, obs, params)
+
+
+def as_policy_pytree(policy: Any) -> Any:
+    """`policy` if it is a pytree (its arrays are then arguments of the compiled program, so
+    policies that differ only in them share it), else wrapped in a FunctionPolicy."""
+    return FunctionPolicy(policy) if jax.tree_util.all_leaves([policy]) else policy
+
+
+# Compiled programs are cached by the env (equal envs compare equal: `InferenceGymEnv.__eq__`),
+# the policy's structure and static fields, num_steps and the shapes of params and keys; so
+# evaluating the same task again, from a fresh `make`, compiles nothing.
+@functools.partial(jax.jit, static_argnames=("env", "num_steps"))
 def _run_batch(env, params, policy, keys, num_steps):
     return jax.vmap(lambda k: run_episode(env, params, policy, k, num_steps))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("env", "policy", "num_steps", "mesh"))
+@functools.partial(jax.jit, static_argnames=("env", "num_steps", "mesh"))
 def _run_batch_sharded(env, params, policy, keys, num_steps, mesh):
-    def run(k: jax.Array, p: EnvParams) -> Trajectory:
-        return jax.vmap(lambda k1: run_episode(env, p, policy, k1, num_steps))(k)
+    def run(k: jax.Array, p: EnvParams, pol: Any) -> Trajectory:
+        return jax.vmap(lambda k1: run_episode(env, p, pol, k1, num_steps))(k)
 
-    return sharding.split_leading(run, mesh, replicated=(1,))(keys, params)
+    return sharding.split_leading(run, mesh, replicated=(1, 2))(keys, params, policy)
 
 
 def run_episodes(
@@ -134,6 +156,7 @@ def run_episodes(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     mesh = None if devices is None else sharding.batch_mesh(devices)
+    policy = as_policy_pytree(policy)
     chunks = []
     for start in range(0, num_episodes, batch_size):
         count = min(batch_size, num_episodes - start)

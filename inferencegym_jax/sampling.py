@@ -32,8 +32,34 @@ def _threefry2x32(k0: Array, k1: Array, x0: Array, x1: Array) -> tuple[Array, Ar
     return x0, x1
 
 
+def as_key(key: Any) -> jax.Array:
+    """A typed PRNG key from a `jax.random.key(seed)` or a legacy `jax.random.PRNGKey(seed)`.
+
+    A legacy key (uint32 (2,)) becomes the typed threefry key with the same bits, so the two
+    spellings of a seed give the same draws. Shapes and dtypes are static, so this runs at
+    trace time too: under `vmap` each key is checked unbatched.
+
+    Raises:
+      ValueError: anything else (an int, None, a float or int32 array, a uint32 array of
+        another shape, or a batch of keys passed without `vmap`).
+    """
+    accepted = "a jax.random.key(seed) or a legacy jax.random.PRNGKey(seed) (uint32, shape (2,)), unbatched"
+    dtype = getattr(key, "dtype", None)
+    shape = getattr(key, "shape", None)
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        if shape != ():
+            raise ValueError(f"key must be {accepted}; got a batch of keys of shape {shape}: vmap over them")
+        return key
+    if dtype == jnp.uint32 and shape == (2,):
+        return jax.random.wrap_key_data(key)
+    if dtype == jnp.uint32 and shape is not None and len(shape) > 1 and shape[-1] == 2:
+        raise ValueError(f"key must be {accepted}; got a batch of legacy keys of shape {shape}: vmap over them")
+    what = f"{dtype} array of shape {shape}" if dtype is not None else repr(key)
+    raise ValueError(f"key must be {accepted}; got {what}")
+
+
 def uniforms(key: jax.Array, n: int) -> Array:
-    """`n` uniforms in [0, 1), float32 (n,), from one key, with no loop.
+    """`n` uniforms in [0, 1), float32 (n,), from one key (see `as_key`), with no loop.
 
     For a threefry key these are bit for bit `jax.random.uniform(key, (n,))` under JAX's
     original counter layout (jax_threefry_partitionable=False): n/2 Threefry blocks whose two
@@ -41,7 +67,8 @@ def uniforms(key: jax.Array, n: int) -> Array:
     per 32-bit word in the partitionable layout; here the 20 rounds are unrolled, so XLA fuses
     them with their consumers. Other key types go through `jax.random.uniform`.
     """
-    if not jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or "threefry" not in str(jax.random.key_impl(key)):
+    key = as_key(key)
+    if "threefry" not in str(jax.random.key_impl(key)):
         return jax.random.uniform(key, (n,))
     k = jax.random.key_data(key)
     half = (n + 1) // 2
@@ -74,12 +101,19 @@ def poisson_cdf(lam: Array) -> Array:
     """
     lam = jnp.asarray(lam, jnp.float32)
     lam = jnp.where(lam <= POISSON_EXACT_MAX, jnp.maximum(lam, 0.0), 0.0)
-    p = jnp.exp(-lam)
-    cdf = [p]
-    for k in range(1, POISSON_TERMS):
-        p = p * (lam * (1.0 / k))
-        cdf.append(cdf[-1] + p)
-    return jnp.stack(cdf, axis=-1)
+    p0 = jnp.exp(-lam)
+
+    def next_term(carry: tuple[Array, Array], inverse_k: Array) -> tuple[tuple[Array, Array], Array]:
+        p, cdf = carry
+        p = p * (lam * inverse_k)
+        return (p, cdf + p), cdf + p
+
+    # Performance: a scan, not a Python loop. XLA fuses an unrolled recursion into every column
+    # of the table, recomputing the prefix products per column (K^2 / 2 multiplies): 3x the
+    # compiled size of an env step and ~30 % of its run time at 8,192 envs.
+    inverse_k = jnp.asarray([1.0 / k for k in range(1, POISSON_TERMS)], jnp.float32)
+    _, rest = jax.lax.scan(next_term, (p0, p0), inverse_k)
+    return jnp.concatenate([p0[..., None], jnp.moveaxis(rest, 0, -1)], axis=-1)
 
 
 def poisson_quantile(u: Array, lam: Array, cdf: Array) -> Array:

@@ -25,6 +25,13 @@ from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 MAX_TOKENS = 131072.0  # [tokens] longest context of current open models (Llama 3.1: 128 k)
 MAX_SIGMA = 3.0  # log-space standard deviation of a length distribution
 HOUR_S = 3600.0  # [s]
+# Lower bounds where zero would divide (float32 turns 1e-300 into 0) and physics ends first:
+MIN_INTERVAL_S = 0.01  # [s] one decode step of an 8B model on one GPU (~10 ms): shorter times resolve nothing
+MIN_SLO_S = 0.001  # [s] a latency target below any engine step (every request misses it)
+MIN_RATE = 0.001  # [req/s] one request per ~17 minutes
+MIN_SIGMA = 0.01  # a length spread of 1 %: narrower is a fixed length (use low = high)
+MIN_MEMORY_GB = 1.0  # [GB] below every served model's weights: the engine cannot start (always OOM)
+MIN_BUDGET = 1e-6  # [$ per 1k output tokens] far below any GPU's cost per token
 
 
 def _require(path: str, owner: str, value: str, config: object, required: tuple[str, ...], optional: tuple[str, ...]):
@@ -46,10 +53,10 @@ class LengthConfig:
     low: float = number("tokens", 1, MAX_TOKENS, "lower bound (uniform start or clamp)")
     high: float = number("tokens", 1, MAX_TOKENS, "upper bound (uniform end or clamp)")
     median1: float | None = number("tokens", 1, MAX_TOKENS, "median of the (first) lognormal", optional=True)
-    sigma1: float | None = number("", 0, MAX_SIGMA, "log-space std of the (first) lognormal", low_open=True,
+    sigma1: float | None = number("", MIN_SIGMA, MAX_SIGMA, "log-space std of the (first) lognormal",
                                   optional=True)
     median2: float | None = number("tokens", 1, MAX_TOKENS, "median of the second lognormal", optional=True)
-    sigma2: float | None = number("", 0, MAX_SIGMA, "log-space std of the second lognormal", low_open=True,
+    sigma2: float | None = number("", MIN_SIGMA, MAX_SIGMA, "log-space std of the second lognormal",
                                   optional=True)
     weight2: float | None = number("", 0, 1, "probability of the second lognormal", optional=True)
 
@@ -66,13 +73,12 @@ class LengthConfig:
 class ServerConfig:
     """The serving engine and the SLOs."""
 
-    dt_s: float = number("s", 0, HOUR_S, "control interval", low_open=True)
+    dt_s: float = number("s", MIN_INTERVAL_S, HOUR_S, "control interval")
     num_age_buckets: int = integer("intervals", 2, 1024, "queue ages tracked; also the client timeout")
-    ttft_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, 0, HOUR_S, "time-to-first-token SLO per priority class",
-                                           low_open=True)
-    tpot_slo_s: float = number("s", 0, 10, "time-per-output-token SLO", low_open=True)
-    memory_limit_gb: float = number("GB", 0, 1000, "memory above which the engine runs out of memory",
-                                    low_open=True)
+    ttft_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, HOUR_S,
+                                           "time-to-first-token SLO per priority class")
+    tpot_slo_s: float = number("s", MIN_SLO_S, 10, "time-per-output-token SLO")
+    memory_limit_gb: float = number("GB", MIN_MEMORY_GB, 1000, "memory above which the engine runs out of memory")
     max_batched_tokens: float = number("tokens", 1, MAX_TOKENS * 8, "tokens per engine step with chunked prefill")
     kv_watermark: float = number("", 0, 0.5, "fraction of KV blocks kept free at admission")
     restart_s: float = number("s", 0, HOUR_S, "engine restart after a weight change or an out-of-memory")
@@ -85,13 +91,13 @@ class WorkloadConfig:
 
     schedule: str = choice(SCHEDULES, "constant, periodic bursts, Markov-modulated bursts, or trace replay")
     class_mix: tuple[float, ...] = vector("", NUM_CLASSES, 0, 1, "fraction of requests per priority class")
-    base_rate: float | None = number("req/s", 0, 1e4, "mean arrival rate outside bursts", low_open=True,
+    base_rate: float | None = number("req/s", MIN_RATE, 1e4, "mean arrival rate outside bursts",
                                      optional=True)
     burst_multiplier: float | None = number("", 1, 1000, "rate factor during a burst", optional=True)
-    burst_period_s: float | None = number("s", 0, 1e6, "period of periodic bursts", low_open=True, optional=True)
-    burst_duration_s: float | None = number("s", 0, 1e6, "burst length (periodic) or mean burst length (mmpp)",
-                                            low_open=True, optional=True)
-    burst_gap_s: float | None = number("s", 0, 1e6, "mean time between mmpp bursts", low_open=True, optional=True)
+    burst_period_s: float | None = number("s", MIN_INTERVAL_S, 1e6, "period of periodic bursts", optional=True)
+    burst_duration_s: float | None = number("s", MIN_INTERVAL_S, 1e6,
+                                            "burst length (periodic) or mean burst length (mmpp)", optional=True)
+    burst_gap_s: float | None = number("s", MIN_INTERVAL_S, 1e6, "mean time between mmpp bursts", optional=True)
     trace: str | None = text("trace per class, 'class0,class1,class2' (inferencegym_jax.traces)", optional=True)
     trace_keep_one_in: int | None = integer("", 1, 10**6, "keep every n-th request of the trace", optional=True)
     prompt: LengthConfig | None = None
@@ -118,7 +124,7 @@ class RewardConfig:
 
     weights: tuple[float, ...] = vector("", 5, 0, 10, "alpha (goodput), beta (TTFT), gamma (SLO violations), "
                                                       "delta (cost), epsilon (knob changes)")
-    cost_budget_per_1k: float = number("$ per 1k output tokens", 0, 1000, "cost budget", low_open=True)
+    cost_budget_per_1k: float = number("$ per 1k output tokens", MIN_BUDGET, 1000, "cost budget")
 
 
 def _knob(name: str) -> object:

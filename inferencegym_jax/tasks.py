@@ -147,7 +147,6 @@ def build_params(cfg: TaskConfig) -> EnvParams:
         num_age_buckets=s.num_age_buckets,
     )
     wl = _workload(cfg.workload)
-    validation.check_workload(wl)
     _, mean_output = workload.mean_lengths(wl)
     reward = RewardParams(
         weights=f32(cfg.reward.weights),

@@ -4,8 +4,7 @@ A config schema is a frozen dataclass whose fields carry a `Spec` (`number`, `in
 `vector`, `choice`, `text`, `names`, or a nested schema dataclass): `parse(raw, schema)` turns a
 mapping (a TOML table with the user's overrides merged in) into an instance, or raises
 ValueError naming the key the user typed (`workload.prompt.high`), its value and what is
-allowed. `check_params` applies the same kind of checks to a concrete `env.EnvParams` built by
-hand, leaf by leaf.
+allowed. `param_checks` applies the same Specs to a concrete `env.EnvParams` built by hand.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from inferencegym_jax.actions import GRID_SIZES, KNOB_RANGES, KNOBS, ServingAction
-from inferencegym_jax.workload import SCHEDULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,6 +197,14 @@ def describe(schema: type, path: str = "") -> list[tuple[str, str, str]]:
 # ----------------------------------------------------------------------------- concrete params
 
 
+def _is_real(value: Any) -> bool:
+    """A real scalar or array (a tracer, a NumPy or JAX array, or a Python number), not a bool."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is not None:
+        return jnp.issubdtype(dtype, jnp.floating) or jnp.issubdtype(dtype, jnp.integer)
+    return _is_number(value)
+
+
 def is_concrete(tree: Any) -> bool:
     """Whether every leaf of `tree` is a concrete value (not a tracer): host-side checks of
     values run only then, outside jit."""
@@ -214,6 +220,8 @@ def check_action(action: Any) -> None:
     if isinstance(action, ServingAction):
         for name, (lo, hi) in zip(KNOBS, KNOB_RANGES):
             value = getattr(action, name)
+            if not _is_real(value):
+                raise ValueError(f"action.{name} must be a real number, got {value!r}")
             if jnp.shape(value) != ():
                 raise ValueError(f"action.{name} must be a scalar, got shape {jnp.shape(value)}")
             if is_concrete(value):
@@ -237,52 +245,3 @@ def check_action(action: Any) -> None:
                 raise ValueError(
                     f"action[{i}] ({name}) = {int(values[i])} is outside its range [0, {GRID_SIZES[i] - 1}]"
                 )
-
-
-
-
-def _check_all(prefix: str, checks: list[tuple[str, Any, Any, str]]) -> None:
-    for name, value, ok, allowed in checks:
-        value = np.asarray(value)
-        if not ok(value):
-            raise ValueError(f"{prefix}{name}={value.tolist()} out of range: must be {allowed}")
-
-
-def check_workload(params: Any) -> None:
-    """Checks of a concrete `workload.WorkloadParams`."""
-    _check_all("workload.", [
-        ("base_rate", params.base_rate, lambda x: np.all(x >= 0), ">= 0 [req/s]"),
-        ("burst_multiplier", params.burst_multiplier, lambda x: np.all(x >= 1), ">= 1"),
-        ("burst_period_s", params.burst_period_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("burst_duration_s", params.burst_duration_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("burst_gap_s", params.burst_gap_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("class_mix", params.class_mix, lambda x: np.all(x >= 0) and abs(np.sum(x) - 1) < 1e-4,
-         "non-negative, summing to 1"),
-    ])
-    if params.schedule not in SCHEDULES:
-        raise ValueError(f"workload.schedule={params.schedule!r} is not one of {list(SCHEDULES)}")
-    if params.schedule == "trace" and params.trace is None:
-        raise ValueError("workload.trace is required when workload.schedule='trace'")
-
-
-def check_params(params: Any) -> None:
-    """Checks of a concrete `env.EnvParams` (built by `tasks.make` or by hand)."""
-    check_workload(params.workload)
-    s = params.server
-    _check_all("", [
-        ("server.dt_s", s.dt_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("server.ttft_slo_s", s.ttft_slo_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("server.tpot_slo_s", s.tpot_slo_s, lambda x: np.all(x > 0), "> 0 [s]"),
-        ("server.memory_limit_bytes", s.memory_limit_bytes, lambda x: np.all(x > 0), "> 0 [B]"),
-        ("server.max_batched_tokens", s.max_batched_tokens, lambda x: np.all(x >= 1), ">= 1 [tokens]"),
-        ("server.kv_watermark", s.kv_watermark, lambda x: np.all((x >= 0) & (x < 1)), "in [0, 1)"),
-        ("server.restart_s", s.restart_s, lambda x: np.all(x >= 0), ">= 0 [s]"),
-        ("server.prefill_start_s", s.prefill_start_s, lambda x: np.all(x >= 0), ">= 0 [s]"),
-        ("reward.throughput_ref", params.reward.throughput_ref, lambda x: np.all(x > 0), "> 0 [tokens/s]"),
-        ("reward.cost_budget_per_1k", params.reward.cost_budget_per_1k, lambda x: np.all(x > 0), "> 0 [$]"),
-        ("max_steps_in_episode", params.max_steps_in_episode, lambda x: np.all(x >= 1), ">= 1"),
-        ("default_action.kv_budget", params.default_action.kv_budget,
-         lambda x: np.all((x >= 0.1) & (x <= 1.0)), "in [0.1, 1]"),
-    ])
-    if len(params.active_knobs) != len(KNOBS):
-        raise ValueError(f"active_knobs must have {len(KNOBS)} entries ({KNOBS})")

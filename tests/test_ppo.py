@@ -221,7 +221,9 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
 def test_graded_evaluation_runs_the_policy_in_its_wrapper():
     """A hold policy whose prior is the best static configuration plays it in every interval (its
     deterministic mode): graded through the wrapper on the same held-out episodes, it scores
-    exactly what the best static baseline scores on the plain env, in both evaluation paths."""
+    what the best static baseline scores on the plain env, in both evaluation paths: the same
+    actions on the same traffic, equal to float32 rounding (two compiled programs, which may
+    contract a multiply-add differently)."""
     from training.evaluation import evaluate_against_baselines
     from training.sweep import graded_episodes
 
@@ -233,8 +235,9 @@ def test_graded_evaluation_runs_the_policy_in_its_wrapper():
     table, results, rewards = evaluate_against_baselines(trainer, runner, 2, eval_seed=0,
                                                          baseline_names=["best_static"])
     assert list(table.index) == ["ppo", "best_static"]
-    np.testing.assert_array_equal(results["ppo"].scores, results["best_static"].scores)
-    np.testing.assert_array_equal(rewards["ppo"], rewards["best_static"])
+    np.testing.assert_array_equal(results["ppo"].metrics["knob_changes"], 0.0)
+    np.testing.assert_allclose(results["ppo"].scores, results["best_static"].scores, rtol=1e-6)
+    np.testing.assert_allclose(rewards["ppo"], rewards["best_static"], rtol=1e-6)
     graded = graded_episodes(trainer, runner.params, runner.obs_stats, evaluate.evaluation_key(0), 2, task)
     np.testing.assert_allclose(graded["score"], results["best_static"].scores, rtol=1e-6)
 

@@ -43,9 +43,9 @@ def test_schema_describes_every_key_with_its_range():
     [
         ({"workload": {"prompt": {"high": float("inf")}}},
          "workload.prompt.high=inf: must be a finite number in [1, 131072] [tokens]"),
-        ({"server": {"memory_limit_gb": -1}}, "server.memory_limit_gb=-1: must be a finite number in (0, 1000] [GB]"),
+        ({"server": {"memory_limit_gb": -1}}, "server.memory_limit_gb=-1: must be a finite number in [1, 1000] [GB]"),
         ({"server": {"dt_s": "fast"}}, "server.dt_s='fast': must be a finite number"),
-        ({"workload": {"base_rate": 0}}, "workload.base_rate=0: must be a finite number in (0, 10000] [req/s]"),
+        ({"workload": {"base_rate": 0}}, "workload.base_rate=0: must be a finite number in [0.001, 10000] [req/s]"),
         ({"workload": {"prompt": {"sigma2": 2.0}}},
          "'workload.prompt.sigma2' is not used by workload.prompt.kind='lognormal'"),
         ({"workload": {"burst_gap_s": 30.0}}, "'workload.burst_gap_s' is not used by workload.schedule='periodic'"),
