@@ -110,14 +110,22 @@ def test_fully_masked_episode_scores_zero_with_clear_feedback(short_traj):
 
 
 def test_results_do_not_depend_on_batch_width():
+    """Bit for bit on CPU, for any batch width: batches run padded to whole SIMD vectors
+    (evaluate.BATCH_MULTIPLE), and episode i depends on fold_in(key, i) alone."""
     env, params = ig.make("InferenceGym-Task2-v0")
     policy = baselines.heuristic_policy(env)
     key = evaluate.evaluation_key(0)
-    one = evaluate.evaluate(env, params, policy, key, 16, "InferenceGym-Task2-v0", batch_size=16)
-    four = evaluate.evaluate(env, params, policy, key, 16, "InferenceGym-Task2-v0", batch_size=4)
-    np.testing.assert_array_equal(one.scores, four.scores)
-    first = evaluate.evaluate(env, params, policy, key, 4, "InferenceGym-Task2-v0")
-    np.testing.assert_array_equal(first.scores, one.scores[:4])  # episode i is episode i
+
+    def run(count, width):
+        return evaluate.run_episodes(env, params, policy, key, count, batch_size=width, num_steps=60)
+
+    whole = run(16, 16)
+    for width in (1, 3, 5, 7, 13):
+        chex.assert_trees_all_equal(run(16, width), whole)
+    chex.assert_trees_all_equal(run(5, None), jax.tree_util.tree_map(lambda x: x[:5], whole))  # episode i is episode i
+    one = evaluate.evaluate(env, params, policy, key, 3, "InferenceGym-Task2-v0", batch_size=1)
+    three = evaluate.evaluate(env, params, policy, key, 3, "InferenceGym-Task2-v0")
+    np.testing.assert_array_equal(one.scores, three.scores)
 
 
 def test_evaluation_and_training_keys_are_disjoint_streams():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -105,11 +107,16 @@ def test_memory_accounting_is_exact():
     assert float(state.server.running.context) <= cap * (1 + 1e-5)
 
 
+@functools.partial(jax.jit, static_argnames=("env", "steps"))
+def _fixed_action_rollout(env, params, action, key, steps):
+    """One program per env (equal envs compare equal) and horizon, whatever the action."""
+    return rollout(env, params, key, lambda t: action, steps)
+
+
 def _episode_means(env_id, action, steps=120, **overrides):
     env, params = ig.make(env_id, **overrides)
     action = jnp.asarray(action, jnp.int32)
-    run = jax.jit(lambda k: rollout(env, params, k, lambda t: action, steps))
-    _, (_, reward, _, _, info, _) = run(jax.random.key(1))
+    _, (_, reward, _, _, info, _) = _fixed_action_rollout(env, params, action, jax.random.key(1), steps)
     m = info["metrics"]
     fields = ("tokens_per_s", "evictions", "completed", "queue_depth", "tpot_s", "ttft_p50_s")
     return {k: float(np.mean(np.asarray(getattr(m, k)))) for k in fields}
