@@ -23,7 +23,7 @@ from inferencegym_jax.validation import Spec
 
 STEPS, ENVS = 24, 4
 # No shrinking: each example is an env episode, and the report of a failure shows every draw.
-SETTINGS = settings(max_examples=20, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
