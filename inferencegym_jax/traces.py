@@ -85,16 +85,31 @@ def load_requests(name: str) -> Requests:
     """
     if name not in TRACE_FILES:
         raise ValueError(f"trace name {name!r} is not one of {available_traces()}")
-    blob = shipped("data").joinpath("traces", TRACE_FILES[name]).read_bytes()
-    with np.load(io.BytesIO(blob)) as arrays:
-        origin = str(arrays["origin"])
-        requests = Requests(
-            name=name,
-            arrival_s=np.asarray(arrays["arrival_s"], np.float64),
-            prompt_tokens=np.asarray(arrays["prompt_tokens"], np.int32),
-            output_tokens=np.asarray(arrays["output_tokens"], np.int32),
-            origin=dt.datetime.fromisoformat(origin) if origin else None,
-        )
+    return parse_trace_file(name, shipped("data").joinpath("traces", TRACE_FILES[name]).read_bytes())
+
+
+def parse_trace_file(name: str, blob: bytes) -> Requests:
+    """The requests of a compacted trace file's bytes (`.npz`: arrival_s, prompt_tokens,
+    output_tokens, origin), checked whole: ValueError naming the file if it is unreadable, a
+    field is missing, the lengths differ, times are not finite and sorted, or a token count is < 1."""
+    where = f"trace file {TRACE_FILES.get(name, name)!r}"
+    try:
+        with np.load(io.BytesIO(blob)) as arrays:
+            origin = str(arrays["origin"])
+            requests = Requests(
+                name=name,
+                arrival_s=np.asarray(arrays["arrival_s"], np.float64),
+                prompt_tokens=np.asarray(arrays["prompt_tokens"], np.int32),
+                output_tokens=np.asarray(arrays["output_tokens"], np.int32),
+                origin=dt.datetime.fromisoformat(origin) if origin else None,
+            )
+    except Exception as err:  # np.load and zipfile raise many types on damaged files
+        raise ValueError(f"{where} is corrupt ({type(err).__name__}: {err}); reinstall the package") from None
+    a, p, o = requests.arrival_s, requests.prompt_tokens, requests.output_tokens
+    if not (a.ndim == p.ndim == o.ndim == 1 and len(a) == len(p) == len(o)):
+        raise ValueError(f"{where} is corrupt: its arrays differ in length or shape")
+    if not (np.all(np.isfinite(a)) and np.all(np.diff(a) >= 0) and np.all(p >= 1) and np.all(o >= 1)):
+        raise ValueError(f"{where} is corrupt: arrival times must be finite and sorted, token counts >= 1")
     for field in ("arrival_s", "prompt_tokens", "output_tokens"):
         getattr(requests, field).setflags(write=False)
     return requests

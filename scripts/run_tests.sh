@@ -7,4 +7,5 @@ python3 -m venv .venv-test
 .venv-test/bin/pip install --quiet --upgrade pip
 .venv-test/bin/pip install --quiet ".[dev]"
 .venv-test/bin/ruff check .
-INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 "$@"
+# worksteal: idle workers take queued tests from busy ones, so the slow tests at the end overlap.
+INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 --dist worksteal "$@"

@@ -234,3 +234,37 @@ def test_corrupt_config_or_eval_file_given_as_config_is_one_line(name, text, tmp
     err = one_line_error(["train", "--config", str(path), "--out", str(out)], capsys)
     assert str(path) in err or "config key" in err
     assert not out.exists()
+
+
+def _trace_bytes(**arrays) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def test_corrupt_trace_files_are_a_clear_error():
+    """A damaged trace file (a damaged installation) names the file; a sound one parses."""
+    from inferencegym_jax import traces
+    from inferencegym_jax.package_files import shipped
+
+    name = next(iter(traces.TRACE_FILES))
+    good = shipped("data").joinpath("traces", traces.TRACE_FILES[name]).read_bytes()
+    assert len(traces.parse_trace_file(name, good).arrival_s) > 0
+    ok = {"arrival_s": np.array([0.0, 1.0]), "prompt_tokens": np.array([5, 6]), "output_tokens": np.array([7, 8]),
+          "origin": np.array("")}
+    broken = {
+        "empty": b"",
+        "truncated": good[: len(good) // 2],
+        "flipped": good[:100] + bytes([good[100] ^ 0xFF]) + good[101:],
+        "missing field": _trace_bytes(**{k: v for k, v in ok.items() if k != "output_tokens"}),
+        "lengths differ": _trace_bytes(**{**ok, "prompt_tokens": np.array([5])}),
+        "unsorted": _trace_bytes(**{**ok, "arrival_s": np.array([1.0, 0.0])}),
+        "nan time": _trace_bytes(**{**ok, "arrival_s": np.array([0.0, np.nan])}),
+        "zero tokens": _trace_bytes(**{**ok, "output_tokens": np.array([0, 8])}),
+    }
+    for what, blob in broken.items():
+        with pytest.raises(ValueError, match="trace file .* is corrupt") as err:
+            traces.parse_trace_file(name, blob)
+        assert traces.TRACE_FILES[name] in str(err.value), what

@@ -16,12 +16,13 @@ from inferencegym_jax.testing import fuzz, random_configs
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz.py"
 
 
-def test_small_campaign_on_a_synthetic_and_a_trace_task_finds_nothing():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "4000", "--episode-steps", "20", "--tasks", "1", "4"],
+def test_small_campaign_on_the_trace_task_finds_nothing():
+    """Task 4 (trace replay) here; the synthetic tasks' in-range params run in test_properties."""
+    out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2000", "--episode-steps", "20", "--tasks", "4"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     rows = [line for line in out.stdout.splitlines() if line.startswith("| InferenceGym-")]
-    assert len(rows) == 2 * len(fuzz.FAMILIES) * 2  # tasks x GPUs x families
+    assert len(rows) == len(fuzz.FAMILIES) * 2  # GPUs x families
     assert out.stdout.splitlines()[len(rows) + 2].startswith("| all | | | ")
 
 

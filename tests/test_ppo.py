@@ -113,8 +113,10 @@ def test_vmapped_training_program_calls_no_lapack():
     trainer = make_train(config)
     keys = jnp.stack([trainer.root_key()] * 4)
     hps = jax.tree_util.tree_map(lambda x: jnp.full((4,), x), trainer.default_hparams())
-    hlo = jax.jit(jax.vmap(trainer.train)).lower(keys, hps).compile().as_text()
-    targets = set(re.findall(r'custom_call_target="([^"]+)"', hlo))
+    # LAPACK calls are custom calls from lowering on (`stablehlo.custom_call @lapack_sgeqrf_ffi`
+    # for a QR): the lowered program shows them without compiling it.
+    lowered = jax.jit(jax.vmap(trainer.train)).lower(keys, hps).as_text()
+    targets = set(re.findall(r"custom_call @(\w+)", lowered))
     assert not {t for t in targets if "lapack" in t}, targets
 
 

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
+from inferencegym_jax.env import params_fingerprint
 from inferencegym_jax.files import atomic_write_bytes, remove_stale_temp_files
 from training.config import PPOConfig, from_dict, to_dict
 
@@ -67,15 +68,9 @@ def _to_host(tree: Any) -> Any:
 
 
 def env_fingerprint(env_params: Any) -> str:
-    """SHA-256 of the env params' leaves and static fields: changes when a task is re-tuned."""
-    digest = hashlib.sha256()
-    leaves, treedef = jax.tree_util.tree_flatten(env_params)
-    digest.update(str(treedef).encode())
-    for leaf in leaves:
-        a = np.asarray(leaf)
-        digest.update(str((a.shape, a.dtype)).encode())
-        digest.update(a.tobytes())
-    return digest.hexdigest()
+    """SHA-256 of the env params' leaves and static fields (`env.params_fingerprint`, which also
+    makes equal envs compare equal): changes when a task is re-tuned."""
+    return params_fingerprint(env_params)
 
 
 def record_digest(record: dict[str, Any]) -> str:
