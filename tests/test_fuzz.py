@@ -31,11 +31,11 @@ def test_counters_see_nan_out_of_range_values_and_kv_overflow():
     _, state = env.reset(jax.random.key(0), params)
     obs, state, reward, _, _, info = jax.jit(env.step)(jax.random.key(1), state, jnp.zeros(5, jnp.int32), params)
     flat = env.flatten_observation(obs, params)
-    assert fuzz._counts(flat, reward, state, info).tolist() == [0, 0, 0, 0]
+    context, metrics = state.server.running.context, info["metrics"]
+    assert fuzz.violations(flat, reward, context, metrics, state).tolist() == [0, 0, 0, 0]
     bad_flat = flat.at[0].set(jnp.nan).at[1].set(2.0)
-    overfull = state.replace(server=state.server.replace(
-        running=state.server.running.replace(context=info["metrics"].kv_capacity_tokens * 2 + 10)))
-    assert fuzz._counts(bad_flat, jnp.float32(1.5), overfull, info).tolist() == [1, 1, 1, 1]
+    overfull = metrics.kv_capacity_tokens * 2 + 10
+    assert fuzz.violations(bad_flat, jnp.float32(1.5), overfull, metrics, state).tolist() == [1, 1, 1, 1]
 
 
 def test_random_configs_stay_inside_every_range_and_make_valid_tasks():

@@ -66,15 +66,20 @@ def _action(key: jax.Array, family: jax.Array, t: jax.Array) -> ServingAction:
     return ServingAction(*[values[i] for i in range(5)])
 
 
-def _counts(obs_flat: jax.Array, reward: jax.Array, state: Any, info: dict[str, Any]) -> jax.Array:
-    """[non-finite, reward out of range, obs out of range, KV over capacity] of one step."""
-    floats = [x for x in jax.tree_util.tree_leaves((obs_flat, reward, state, info["metrics"]))
+def violations(obs_flat: jax.Array, reward: jax.Array, context: jax.Array, metrics: Any, state: Any) -> jax.Array:
+    """int32 [non-finite values, rewards outside [-1, 1], flat observations outside [0, 1], KV caches
+    over capacity], counted over any leading axes (one step, or a stacked episode).
+
+    Non-finite counts every float of the observation, reward, KV context, metrics and state;
+    `context` [tokens] is the running KV context after the step, compared with the step's
+    `metrics.kv_capacity_tokens` (1e-5 relative and one token of float32 slack).
+    """
+    floats = [x for x in jax.tree_util.tree_leaves((obs_flat, reward, context, metrics, state))
               if jnp.issubdtype(x.dtype, jnp.floating)]
     non_finite = sum(jnp.sum(~jnp.isfinite(x)) for x in floats)
     bad_reward = jnp.sum((reward < -1.0) | (reward > 1.0))
     bad_obs = jnp.sum((obs_flat < 0.0) | (obs_flat > 1.0))
-    capacity = info["metrics"].kv_capacity_tokens
-    over = jnp.sum(state.server.running.context > capacity * (1.0 + 1e-5) + 1.0)
+    over = jnp.sum(context > metrics.kv_capacity_tokens * (1.0 + 1e-5) + 1.0)
     return jnp.stack([non_finite, bad_reward, bad_obs, over]).astype(jnp.int32)
 
 
@@ -94,7 +99,8 @@ def _rollout_program(env: Any, num_steps: int) -> Any:
             k_env, k_act = jax.random.split(jax.random.fold_in(k_run, t))
             _, state, reward, _, _, info = env.step(k_env, state, _action(k_act, family, t), params)
             obs = env.flatten_observation(info["final_observation"], params)
-            return (state, total + _counts(obs, reward, state, info)), None
+            counts = violations(obs, reward, state.server.running.context, info["metrics"], state)
+            return (state, total + counts), None
 
         (_, total), _ = jax.lax.scan(body, (state, jnp.zeros(4, jnp.int32)), jnp.arange(num_steps))
         return total
