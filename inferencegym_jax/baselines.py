@@ -60,13 +60,14 @@ def random_policy(env: InferenceGymEnv) -> Policy:
 
 
 # The fixed vLLM-default configuration of the issue: the whole KV budget, no speculation,
-# 32 concurrent sequences (max_num_seqs), no disaggregation, FP16.
+# 32 concurrent sequences (max_num_seqs), no disaggregation, FP16. NumPy scalars, so importing
+# this module starts no JAX backend (jax.distributed.initialize must come before the first).
 VLLM_DEFAULT = ServingAction(
-    kv_budget=jnp.float32(1.0),
-    spec_length=jnp.float32(0.0),
-    batch_size=jnp.float32(32.0),
-    prefill_disagg=jnp.float32(0.0),
-    quant_tier=jnp.float32(0.0),
+    kv_budget=np.float32(1.0),
+    spec_length=np.float32(0.0),
+    batch_size=np.float32(32.0),
+    prefill_disagg=np.float32(0.0),
+    quant_tier=np.float32(0.0),
 )
 
 

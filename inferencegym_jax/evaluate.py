@@ -155,7 +155,10 @@ def run_episodes(
       devices: split each batch of episodes across this many devices (or these devices) with
         `sharding.split_leading`; None runs on the default device. A batch is padded to a
         multiple of BATCH_MULTIPLE x the device count. Results equal one device's to float32
-        rounding (the partitioned program may fuse a multiply-add differently).
+        rounding (the partitioned program may fuse a multiply-add differently). With several
+        processes (`jax.distributed`) the devices must include every process's (None: all of
+        them), every process makes the same call, and each gets the whole result
+        (`sharding.gather`).
     """
     if num_episodes < 1:
         raise ValueError(f"num_episodes={num_episodes} must be >= 1")
@@ -164,6 +167,8 @@ def run_episodes(
     if batch_size < 1:
         raise ValueError(f"batch_size={batch_size} must be >= 1")
     mesh = None if devices is None else sharding.batch_mesh(devices)
+    if mesh is not None:
+        sharding.require_every_process(mesh, "devices")
     policy = as_policy_pytree(policy)
     lanes = BATCH_MULTIPLE * (1 if mesh is None else mesh.size)
     chunks = []
@@ -174,6 +179,7 @@ def run_episodes(
             out = _run_batch(env, params, policy, keys, num_steps)
         else:
             out = _run_batch_sharded(env, params, policy, sharding.shard_leading(keys, mesh), num_steps, mesh)
+            out = sharding.gather(out)  # several processes: each gets every episode
         chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], out))
     if len(chunks) == 1:
         return chunks[0]
@@ -246,9 +252,12 @@ def evaluate(
     task_id: str,
     *,
     batch_size: int | None = None,
+    devices: int | Sequence[jax.Device] | None = None,
 ) -> EvalResult:
-    """Run and grade `num_episodes` episodes of `policy` (episode i from fold_in(key, i))."""
-    traj = run_episodes(env, params, policy, key, num_episodes, batch_size=batch_size)
+    """Run and grade `num_episodes` episodes of `policy` (episode i from fold_in(key, i)),
+    split across `devices` as `run_episodes` does (with several processes: every process grades
+    every episode)."""
+    traj = run_episodes(env, params, policy, key, num_episodes, batch_size=batch_size, devices=devices)
     return grade_trajectory(traj, params, task_id)
 
 

@@ -26,18 +26,30 @@ host devices: TTFT quantiles within 1 ulp per step, everything else bit-identica
 
 CPU: XLA makes one device per process unless told otherwise; set
 `XLA_FLAGS=--xla_force_host_platform_device_count=N` before JAX starts to get N, each running
-on its own thread. Multi-host: call `jax.distributed.initialize()` first in every process;
-`jax.devices()` then lists every host's devices, and a mesh over them splits the batch across
-hosts (see BENCHMARKS.md, "Multiple devices and hosts").
+on its own thread.
+
+Several processes (hosts): call `initialize_distributed()` (or `jax.distributed.initialize()`)
+first in every process; `jax.devices()` then lists every process's devices, `batch_mesh()` spans
+them all, and every process runs the same program (the same keys, the same calls). A mesh must
+then hold devices of every process (`require_every_process`). `shard_leading` builds a global
+array from the whole value each process holds, and `gather` gives every process the whole of a
+result that is spread over the processes (before host use: `np.asarray`, checkpoints, grading).
+`evaluate.run_episodes(devices=...)` does both itself. The trainer's program (`num_devices` =
+the global device count) needs neither for its input, the root key, and leaves the env state
+spread over the processes: `gather(runner)` before host use. tests/test_multiprocess.py: 2
+processes on 127.0.0.1 give the numbers of one process with 2 devices, bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXIS = "batch"
@@ -68,8 +80,57 @@ def leading_sharding(mesh: Mesh) -> NamedSharding:
 
 
 def shard_leading(tree: Any, mesh: Mesh) -> Any:
-    """Place every leaf of `tree` with its leading axis split across the mesh (host side)."""
-    return jax.device_put(tree, leading_sharding(mesh))
+    """Place every leaf of `tree` with its leading axis split across the mesh (host side).
+
+    With several processes every process passes the same whole `tree` and places its own
+    devices' blocks of it (`jax.make_array_from_callback`; PRNG keys travel as their key data).
+    """
+    target = leading_sharding(mesh)
+    if target.is_fully_addressable:
+        return jax.device_put(tree, target)
+    return jax.tree_util.tree_map(lambda x: _global_from_whole(x, target), tree)
+
+
+def _global_from_whole(x: Any, target: NamedSharding) -> jax.Array:
+    """The global array `target` makes of `x`, whole in every process, from this process's blocks."""
+    if _is_key(x):
+        return jax.random.wrap_key_data(_global_from_whole(jax.random.key_data(x), target), impl=jax.random.key_impl(x))
+    whole = np.asarray(x)
+    return jax.make_array_from_callback(whole.shape, target, lambda index: whole[index])
+
+
+def gather(tree: Any) -> Any:
+    """`tree` with every leaf whole in this process: a leaf spread over other processes' devices
+    is gathered (`multihost_utils.process_allgather`, a collective: every process must call it)
+    onto the default device; every other leaf is returned as it is (one process: all of them).
+    """
+
+    def whole(x: Any) -> Any:
+        if not isinstance(x, jax.Array) or x.is_fully_addressable:
+            return x
+        if _is_key(x):
+            return jax.random.wrap_key_data(whole(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        return jnp.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+    return jax.tree_util.tree_map(whole, tree)
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def require_every_process(mesh: Mesh, name: str) -> None:
+    """ValueError naming the option `name` unless the mesh holds a device of every process.
+
+    A program over some processes' devices only cannot run in the others, which would wait for
+    it (or fail) in the next collective; one process always passes.
+    """
+    held = {d.process_index for d in mesh.devices.flat}
+    if len(held) < jax.process_count():
+        raise ValueError(
+            f"{name}: {mesh.size} devices, on processes {sorted(held)} of {jax.process_count()}; with several "
+            f"processes split over devices of every process (all jax.device_count()={jax.device_count()} of them)"
+        )
 
 
 def constrain_leading(tree: Any, mesh: Mesh) -> Any:
@@ -94,3 +155,54 @@ def split_leading(fn: Callable, mesh: Mesh, replicated: Sequence[int] = ()) -> C
         return jax.shard_map(fn, mesh=mesh, in_specs=specs, out_specs=PartitionSpec(AXIS), check_vma=False)(*args)
 
     return wrapped
+
+
+# The variables of a plain launch: JAX itself reads JAX_COORDINATOR_ADDRESS; the count and the
+# rank are named after it (jax.distributed.initialize takes them as arguments only).
+LAUNCH_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+
+
+def initialize_distributed(environ: Mapping[str, str] | None = None) -> bool:
+    """Join a multi-process run if the environment describes one; call before any other JAX call.
+
+    * JAX_COORDINATOR_ADDRESS (host:port of process 0), JAX_NUM_PROCESSES and JAX_PROCESS_ID all
+      set: `jax.distributed.initialize` with them (one command per process, any launcher);
+    * else, inside a SLURM step of several tasks (`srun`, SLURM_NTASKS > 1):
+      `jax.distributed.initialize()`, which reads SLURM's variables (and JAX_COORDINATOR_ADDRESS,
+      if set) itself;
+    * else nothing: one process.
+
+    Args:
+      environ: the variables to read (default `os.environ`).
+    Returns:
+      True if it initialised `jax.distributed`.
+    Raises:
+      ValueError: some but not all of LAUNCH_VARIABLES set outside SLURM, or a count or rank that
+        is not an integer with 0 <= JAX_PROCESS_ID < JAX_NUM_PROCESSES.
+    """
+    environ = os.environ if environ is None else environ
+    given = [name for name in LAUNCH_VARIABLES if environ.get(name)]
+    if len(given) == len(LAUNCH_VARIABLES):
+        count, rank = (_int_variable(environ, name) for name in LAUNCH_VARIABLES[1:])
+        if not 0 <= rank < count:
+            raise ValueError(f"JAX_PROCESS_ID={rank} must be in [0, JAX_NUM_PROCESSES={count})")
+        jax.distributed.initialize(environ["JAX_COORDINATOR_ADDRESS"], num_processes=count, process_id=rank)
+        return True
+    if environ.get("SLURM_JOB_ID") and _int_variable(environ, "SLURM_NTASKS", default=1) > 1:
+        jax.distributed.initialize()
+        return True
+    if given:
+        missing = [name for name in LAUNCH_VARIABLES if name not in given]
+        raise ValueError(f"{', '.join(given)} set but not {', '.join(missing)}: a launch sets all three")
+    return False
+
+
+def _int_variable(environ: Mapping[str, str], name: str, default: int | None = None) -> int:
+    """The environment variable `name` as an int; ValueError naming it if it is not one."""
+    text = environ.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        return int(str(text))
+    except ValueError:
+        raise ValueError(f"environment variable {name}={text!r} must be an integer") from None

@@ -7,5 +7,11 @@ python3 -m venv .venv-test
 .venv-test/bin/pip install --quiet --upgrade pip
 .venv-test/bin/pip install --quiet ".[dev]"
 .venv-test/bin/ruff check .
+# One XLA compilation cache for the whole run, fresh each time: a program that several tests
+# compile (in either pytest worker or in the CLI subprocesses tests start) is compiled once and
+# then loaded from disk. Tracing, and so every trace-count check, is unchanged.
+export JAX_COMPILATION_CACHE_DIR="$PWD/.jax-test-cache"
+rm -rf "$JAX_COMPILATION_CACHE_DIR"
+export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 # worksteal: idle workers take queued tests from busy ones, so the slow tests at the end overlap.
 INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 --dist worksteal "$@"

@@ -12,7 +12,7 @@ import pytest
 import inferencegym_jax as ig
 from inferencegym_jax.cli import bench, env_commands, main
 
-COMMANDS = ("rollout", "baselines", "train", "eval", "sweep", "bench")
+COMMANDS = ("rollout", "baselines", "train", "eval", "sweep", "bench", "plot")
 
 
 class LongComputationStarted(AssertionError):

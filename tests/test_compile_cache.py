@@ -4,6 +4,7 @@ loop that makes the same task again and evaluates it (a server, a sweep driver) 
 from __future__ import annotations
 
 import chex
+import jax
 import jax.numpy as jnp
 
 import inferencegym_jax as ig
@@ -39,3 +40,19 @@ def test_making_and_evaluating_a_task_again_compiles_nothing():
     evaluate_fixed([9, 0, 5, 0, 0], workload={"base_rate": 3.5})
     evaluate_fixed([9, 0, 4, 0, 0], workload={"base_rate": 3.5})
     assert evaluate._run_batch._cache_size() == compiled + 1
+
+
+def _types(tree):
+    return jax.tree_util.tree_map(lambda x: (x.shape, x.dtype, x.weak_type), tree)
+
+
+def test_step_returns_the_state_types_reset_makes(task):
+    """No leaf of the state comes out of a step weakly typed (or of another dtype) where reset
+    made it otherwise: a user's `jit(step_env)` loop would compile twice (tracing only here)."""
+    env, params = task
+    key = jax.random.key(0)
+    action = jnp.zeros(5, jnp.int32)
+    _, state = jax.eval_shape(env.reset_env, key, params)
+    for step in (env.step_env, env.step):
+        _, stepped, *_ = jax.eval_shape(step, key, state, action, params)
+        assert _types(stepped) == _types(state), step.__name__

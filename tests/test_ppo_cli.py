@@ -20,7 +20,7 @@ def test_train_then_eval_from_the_checkpoint(tmp_path, capsys):
           "--baselines", "vllm_default", "--no-progress"])
     printed = capsys.readouterr().out
     assert "resolved config" in printed and "graded evaluation" in printed and "vllm_default" in printed
-    for name in ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "eval.json"):
+    for name in ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "episode.png", "eval.json"):
         assert (out / name).is_file(), name
     config = load_config(out / "config.toml")
     assert config.task == "InferenceGym-Task1-v0" and config.num_updates == 3 and config.num_envs == 8
@@ -34,6 +34,12 @@ def test_train_then_eval_from_the_checkpoint(tmp_path, capsys):
     again = tmp_path / "again.json"
     main(["eval", "--checkpoint", str(out), "--episodes", "4", "--json", str(again), "--baselines", "vllm_default"])
     assert json.loads(again.read_text())["scores"] == record["scores"]
+
+    # `plot --checkpoint` builds the policy as `eval` does: the figure `train` drew, byte for byte.
+    figure = tmp_path / "episode.png"
+    main(["plot", "--checkpoint", str(out), "--out", str(figure)])
+    assert "ppo (3 updates" in capsys.readouterr().out
+    assert figure.read_bytes() == (out / "episode.png").read_bytes()
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:

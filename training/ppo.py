@@ -165,6 +165,8 @@ class Trainer:
             with before training (default: all zeros).
         """
         self.config = config
+        if config.num_devices > 1:
+            sharding.require_every_process(sharding.batch_mesh(config.num_devices), "num_devices")
         self.env = env
         self.env_params = env_params
         self.nvec = tuple(env.action_space(env_params).nvec)
@@ -196,7 +198,9 @@ class Trainer:
     # The env batch axis (leading, num_envs) is made only by these two methods: the one place to
     # put a sharding constraint (jax.sharding over devices) when envs are split across devices.
     # With config.num_devices > 1 XLA partitions the rollout by env and the update by sample
-    # (the gradient mean becomes an all-reduce); one device otherwise.
+    # (the gradient mean becomes an all-reduce); one device otherwise. With several processes
+    # (jax.distributed) the devices span them all, and the env state comes out spread over them:
+    # `sharding.gather(runner)` before host use (checkpoints).
     def _split(self, tree: Any) -> Any:
         if self.config.num_devices == 1:
             return tree

@@ -8,9 +8,11 @@
     inferencegym sweep --task 1 --grid lr=1e-4,3e-4,1e-3,3e-3 --seeds 4 --out DIR
 
 `train` writes DIR/config.toml (the resolved config), DIR/metrics.csv (one row per update),
-DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
-graded held-out evaluation against every baseline, DIR/eval.json. Without `--config`, a task
-trains with its shipped config `ppo_task<N>`; a task without one is an error (pass `--config`).
+DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png, DIR/episode.png
+(the trained policy's first held-out episode over time, as `inferencegym plot` draws it; also
+with --no-eval, as it needs only the policy) and, after a graded held-out evaluation against
+every baseline, DIR/eval.json. Without `--config`, a task trains with its shipped config
+`ppo_task<N>`; a task without one is an error (pass `--config`).
 The trainer, JAX and pandas are imported inside the commands.
 
 Every check comes before the first file is written: output paths (a folder where a file goes,
@@ -45,7 +47,7 @@ from inferencegym_jax.files import atomic_write_text, remove_stale_temp_files
 DEFAULT_TASK = "InferenceGym-Task1-v0"
 
 # What `train` and `sweep` write in their --out folder.
-RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "eval.json")
+RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "episode.png", "eval.json")
 SWEEP_FILES = ("sweep.csv", "sweep_summary.csv", "best.toml")
 
 
@@ -194,6 +196,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     """Train (or resume), checkpointing; then grade against the baselines and plot."""
     import jax
 
+    from inferencegym_jax.cli.plot_command import write_trained_episode
     from training.loop import read_metrics, run_training
     from training.plots import plot_reward_curve
 
@@ -218,7 +221,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
                                       {"train_seconds": train_seconds, "config": config.to_toml()})
     plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
-    print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'checkpoint.msgpack'}")
+    write_trained_episode(trainer, runner, args.eval_seed, out / "episode.png")
+    print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'episode.png'}, "
+          f"{out / 'checkpoint.msgpack'}")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:

@@ -77,7 +77,7 @@ def reconfigure(
         stall_s=stall,
         disaggregated=requested & (warmup <= 0.0),
         prefill_warmup_s=jnp.maximum(warmup - dt, 0.0),
-        num_gpus=jnp.where(requested, 2.0, 1.0),
+        num_gpus=jnp.where(requested, jnp.float32(2.0), jnp.float32(1.0)),  # strong float32, as reset makes it
     )
     kept = jnp.where(weights_changed, 0.0, 1.0)
     dropped = state.running.scaled(1.0 - kept)

@@ -1,4 +1,4 @@
-"""Action wrappers for the serving env, gymnax-wrapper style: the same env under another action space.
+"""Knob-action wrappers: the same env with each knob set relative to the knobs in force.
 
     env, params = ig.make("InferenceGym-Task3-v0")
     env = HoldActions(env)                      # or RelativeActions(env)
@@ -42,74 +42,11 @@ import numpy as np
 
 from inferencegym_jax import spaces, validation
 from inferencegym_jax.actions import KNOBS, ServingAction, indices_from_action
+from inferencegym_jax.wrappers.base import StepResult, Wrapper, flag_clipped
 
 ABSOLUTE, HOLD, RELATIVE = "absolute", "hold", "relative"
 ACTION_MODES: tuple[str, ...] = (ABSOLUTE, HOLD, RELATIVE)
 INITIAL_ACTIONS: tuple[str, ...] = ("default", "best_static")
-StepResult = tuple[Any, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
-
-
-class Wrapper:
-    """Holds `env` and passes the serving env's API through to it unchanged.
-
-    Attributes:
-      env: the wrapped env (a serving env or another wrapper).
-    """
-
-    def __init__(self, env: Any):
-        self.env = env
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.env!r})"
-
-    @property
-    def action_mode(self) -> str:
-        """The action layout of this env: the wrapped env's, for a wrapper that keeps its actions."""
-        return action_mode_of(self.env)
-
-    @property
-    def unwrapped(self) -> Any:
-        """The serving env under every wrapper."""
-        return getattr(self.env, "unwrapped", self.env)
-
-    @property
-    def default_params(self) -> Any:
-        return self.env.default_params
-
-    @property
-    def env_id(self) -> str:
-        return self.env.env_id
-
-    @property
-    def name(self) -> str:
-        return self.env.name
-
-    def observation_space(self, params: Any = None) -> spaces.Space:
-        return self.env.observation_space(params)
-
-    def action_space(self, params: Any = None) -> spaces.MultiDiscrete:
-        return self.env.action_space(params)
-
-    def reset(self, key: jax.Array, params: Any = None) -> tuple[Any, Any]:
-        return self.env.reset(key, params)
-
-    def reset_env(self, key: jax.Array, params: Any) -> tuple[Any, Any]:
-        return self.env.reset_env(key, params)
-
-    def step(self, key: jax.Array, state: Any, action: Any, params: Any = None) -> StepResult:
-        return self.env.step(key, state, action, params)
-
-    def step_env(self, key: jax.Array, state: Any, action: Any, params: Any) -> StepResult:
-        return self.env.step_env(key, state, action, params)
-
-    def get_obs(self, state: Any, params: Any) -> Any:
-        return self.env.get_obs(state, params)
-
-    def flatten_observation(self, obs: Any, params: Any = None) -> jax.Array:
-        return self.env.flatten_observation(obs, params)
-
-    def knobs_in_force(self, state: Any, params: Any) -> ServingAction:
-        return self.env.knobs_in_force(state, params)
 
 
 class KnobActions(Wrapper):
@@ -155,12 +92,23 @@ class KnobActions(Wrapper):
         """`env.step` (auto-reset) with this wrapper's action, int32 (5,)."""
         params = self.default_params if params is None else params
         base, clipped = self.base_action(action, self.knobs_in_force(state, params), params)
-        return _flag_clipped(self.env.step(key, state, base, params), clipped)
+        return flag_clipped(self.env.step(key, state, base, params), clipped)
 
     def step_env(self, key: jax.Array, state: Any, action: Any, params: Any) -> StepResult:
         """`env.step_env` (no auto-reset) with this wrapper's action, int32 (5,)."""
         base, clipped = self.base_action(action, self.knobs_in_force(state, params), params)
-        return _flag_clipped(self.env.step_env(key, state, base, params), clipped)
+        return flag_clipped(self.env.step_env(key, state, base, params), clipped)
+
+    def inner_policy(self, policy: Any) -> Any:
+        """`policy` (choices in this wrapper's space) as a policy of the wrapped env's grid
+        indices, from the knobs in force the observation shows (`obs.config`, which the env
+        fills from `knobs_in_force`)."""
+
+        def act(key: jax.Array, obs: Any, params: Any) -> jax.Array:
+            in_force = ServingAction(*[obs.config[..., i] for i in range(len(KNOBS))])
+            return self.base_action(policy(key, obs, params), in_force, params)[0]
+
+        return act
 
 
 class HoldActions(KnobActions):
@@ -208,12 +156,6 @@ def _check_action(action: Any, space: spaces.MultiDiscrete, mode: str) -> None:
         for i, (name, n) in enumerate(zip(space.names, space.nvec)):
             if not 0 <= values[i] < n:
                 raise ValueError(f"{mode} action[{i}] ({name}) = {int(values[i])} is outside its range [0, {n - 1}]")
-
-
-def _flag_clipped(result: StepResult, clipped: jax.Array) -> StepResult:
-    obs, state, reward, terminated, truncated, info = result
-    info = {**info, "clipped": info["clipped"] | clipped}
-    return obs, state, reward, terminated, truncated, info
 
 
 def wrap(env: Any, action_mode: str) -> Any:
@@ -277,33 +219,4 @@ def initial_action(env: Any, params: Any, which: str = "default") -> np.ndarray:
     return np.where(active, index, 0).astype(np.int32)
 
 
-def base_action_policy(env: Any, policy: Any) -> Any:
-    """A policy of `env`'s action space (a serving env, plain or wrapped once) as a policy of the
-    serving env's (int32 (5,) grid indices).
-
-    `policy(key, obs, params)` acts in the wrapped env's space; the returned policy turns its
-    action into the base action from the knobs in force the observation shows (`obs.config`,
-    which the env fills from `knobs_in_force`), so it runs on the unwrapped env with the same
-    actions applied as `policy` on the wrapper (for analyses that edit a base action).
-    """
-    if not isinstance(env, KnobActions):
-        return policy
-
-    def act(key: jax.Array, obs: Any, params: Any) -> jax.Array:
-        in_force = ServingAction(*[obs.config[..., i] for i in range(len(KNOBS))])
-        return env.base_action(policy(key, obs, params), in_force, params)[0]
-
-    return act
-
-
-__all__ = [
-    "ACTION_MODES",
-    "HoldActions",
-    "KnobActions",
-    "RelativeActions",
-    "Wrapper",
-    "action_mode_of",
-    "base_action_policy",
-    "initial_action",
-    "wrap",
-]
+__all__ = ["ACTION_MODES", "HoldActions", "KnobActions", "RelativeActions", "action_mode_of", "initial_action", "wrap"]

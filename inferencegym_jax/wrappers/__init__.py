@@ -1,0 +1,57 @@
+"""Wrappers for the serving env, gymnax-wrapper style: the same env in other spaces.
+
+| wrapper                      | observation                  | action                                     |
+|------------------------------|------------------------------|--------------------------------------------|
+| HoldActions / RelativeActions| unchanged                    | MultiDiscrete, relative to the knobs in force |
+| FlattenObservationWrapper    | float32 (OBS_SIZE,) in [0, 1]| unchanged                                  |
+| JointDiscreteActionWrapper   | unchanged                    | Discrete(prod(nvec)), one joint action     |
+| `to_gymnax(env, params)`     | flat, gymnax Box             | joint, gymnax Discrete; optional 5-value step |
+
+Every wrapper is a `Wrapper` (base): it holds `env`, passes what it does not change through,
+is jittable and vmappable like the env (its spaces and static settings are Python values, the
+rest pure functions of arrays), compares equal by value, and turns a policy of its spaces into
+one of the env it wraps (`inner_policy`), so `base_action_policy(env, policy)` runs any wrapped
+policy on the serving env, as `evaluate` and the graders need.
+"""
+
+from inferencegym_jax.wrappers.base import StepResult, Wrapper, base_action_policy, flag_clipped
+from inferencegym_jax.wrappers.flatten import FlattenObservationWrapper
+from inferencegym_jax.wrappers.gymnax_compat import GymnaxEnv, to_gymnax
+from inferencegym_jax.wrappers.joint_discrete import JointDiscreteActionWrapper
+from inferencegym_jax.wrappers.knob_actions import (
+    ABSOLUTE,
+    ACTION_MODES,
+    HOLD,
+    INITIAL_ACTIONS,
+    RELATIVE,
+    WRAPPERS,
+    HoldActions,
+    KnobActions,
+    RelativeActions,
+    action_mode_of,
+    initial_action,
+    wrap,
+)
+
+__all__ = [
+    "ABSOLUTE",
+    "ACTION_MODES",
+    "HOLD",
+    "INITIAL_ACTIONS",
+    "RELATIVE",
+    "WRAPPERS",
+    "FlattenObservationWrapper",
+    "GymnaxEnv",
+    "HoldActions",
+    "JointDiscreteActionWrapper",
+    "KnobActions",
+    "RelativeActions",
+    "StepResult",
+    "Wrapper",
+    "action_mode_of",
+    "base_action_policy",
+    "flag_clipped",
+    "initial_action",
+    "to_gymnax",
+    "wrap",
+]
