@@ -410,21 +410,39 @@ class Trainer:
 
     # ------------------------------------------------------------------ acting
 
-    def policy(self, params: Any, obs_stats: RunningStats, deterministic: bool = True) -> Callable:
+    def policy(self, params: Any, obs_stats: RunningStats, deterministic: bool = True) -> TrainedPolicy:
         """`policy(key, obs, env_params) -> action` for evaluation, with frozen normaliser.
 
         The action is in the action space of `self.env` (int32 (K,), 0 on masked entries): run
-        it on `self.env` (for the serving tasks, the env wrapped by config.action_mode).
+        it on `self.env` (for the serving tasks, the env wrapped by config.action_mode). The
+        policy is a pytree whose leaves are the weights and the normaliser, so evaluating
+        another checkpoint of the same trainer compiles nothing new.
         """
-        apply, env, norm = self.network.apply, self.env, self._norm
+        return TrainedPolicy(params, obs_stats, self, bool(deterministic))
 
-        def act(key: jax.Array, obs: Any, env_params: Any) -> jax.Array:
-            x = norm(obs_stats, env.flatten_observation(obs, env_params))
-            logits = apply(params, x, method=ActorCritic.logits)
-            action = policy_distribution(logits).mode() if deterministic else sample_actions(key, logits)
-            return self.layout.to_env(action)
 
-        return act
+@struct.dataclass
+class TrainedPolicy:
+    """A trainer's evaluation policy as a pytree (`Trainer.policy`).
+
+    Attributes:
+      params: the actor-critic's weights (float32 leaves).
+      obs_stats: RunningStats, the observation normaliser, frozen.
+      trainer: the Trainer (static: its network, env and action layout).
+      deterministic: static; True: the mode of each knob's categorical, False: a sample.
+    """
+
+    params: Any
+    obs_stats: RunningStats
+    trainer: Trainer = struct.field(pytree_node=False)
+    deterministic: bool = struct.field(pytree_node=False, default=True)
+
+    def __call__(self, key: jax.Array, obs: Any, env_params: Any) -> jax.Array:
+        trainer = self.trainer
+        x = trainer._norm(self.obs_stats, trainer.env.flatten_observation(obs, env_params))
+        logits = trainer.network.apply(self.params, x, method=ActorCritic.logits)
+        action = policy_distribution(logits).mode() if self.deterministic else sample_actions(key, logits)
+        return trainer.layout.to_env(action)
 
 
 def _action(action: Any, nvec: tuple[int, ...], name: str) -> np.ndarray:

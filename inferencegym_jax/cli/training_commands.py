@@ -8,10 +8,10 @@
     inferencegym sweep --task 1 --grid lr=1e-4,3e-4,1e-3,3e-3 --seeds 4 --out DIR
 
 `train` writes DIR/config.toml (the resolved config), DIR/metrics.csv (one row per update),
-DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png, DIR/episode.png
-(the trained policy's first held-out episode over time, as `inferencegym plot` draws it; also
-with --no-eval, as it needs only the policy) and, after a graded held-out evaluation against
-every baseline, DIR/eval.json. Without `--config`, a task trains with its shipped config
+DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
+graded held-out evaluation against every baseline, DIR/eval.json and DIR/episode.png (the
+trained policy's first held-out episode over time, as `inferencegym plot` draws it; `--no-eval`
+skips both: train only). Without `--config`, a task trains with its shipped config
 `ppo_task<N>`; a task without one is an error (pass `--config`).
 The trainer, JAX and pandas are imported inside the commands.
 
@@ -216,14 +216,15 @@ def cmd_train(args: argparse.Namespace) -> None:
     print(f"trained {len(rows)} updates ({steps:,} env steps) in {train_seconds:.1f} s "
           f"(compile included): {steps / max(train_seconds, 1e-9):,.0f} env steps/s", flush=True)
     levels: dict[str, float] = {}
+    written = [out / "metrics.csv", out / "reward_curve.png", out / "checkpoint.msgpack"]
     if not args.no_eval:
         episodes = args.eval_episodes or config.eval_episodes
         _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
                                       {"train_seconds": train_seconds, "config": config.to_toml()})
+        write_trained_episode(trainer, runner, args.eval_seed, out / "episode.png")
+        written.append(out / "episode.png")
     plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
-    write_trained_episode(trainer, runner, args.eval_seed, out / "episode.png")
-    print(f"wrote {out / 'metrics.csv'}, {out / 'reward_curve.png'}, {out / 'episode.png'}, "
-          f"{out / 'checkpoint.msgpack'}")
+    print(f"wrote {', '.join(map(str, written))}")
 
 
 def cmd_eval(args: argparse.Namespace) -> None:
