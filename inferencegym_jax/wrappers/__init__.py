@@ -14,12 +14,18 @@ one of the env it wraps (`inner_policy`), so `base_action_policy(env, policy)` r
 policy on the serving env, as `evaluate` and the graders need.
 """
 
-from inferencegym_jax.wrappers.base import StepResult, Wrapper, base_action_policy, flag_clipped
+from inferencegym_jax.wrappers.base import (
+    ABSOLUTE,
+    StepResult,
+    Wrapper,
+    action_mode_of,
+    base_action_policy,
+    flag_clipped,
+)
 from inferencegym_jax.wrappers.flatten import FlattenObservationWrapper
 from inferencegym_jax.wrappers.gymnax_compat import GymnaxEnv, to_gymnax
 from inferencegym_jax.wrappers.joint_discrete import JointDiscreteActionWrapper
 from inferencegym_jax.wrappers.knob_actions import (
-    ABSOLUTE,
     ACTION_MODES,
     HOLD,
     INITIAL_ACTIONS,
@@ -28,7 +34,6 @@ from inferencegym_jax.wrappers.knob_actions import (
     HoldActions,
     KnobActions,
     RelativeActions,
-    action_mode_of,
     initial_action,
     wrap,
 )

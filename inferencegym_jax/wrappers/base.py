@@ -18,6 +18,13 @@ from inferencegym_jax import spaces
 from inferencegym_jax.actions import ServingAction
 
 StepResult = tuple[Any, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
+# The action layout of the serving env itself (grid indices); knob_actions adds the others.
+ABSOLUTE = "absolute"
+
+
+def action_mode_of(env: Any) -> str:
+    """The action layout of a wrapped or plain env: 'hold', 'relative' or 'absolute'."""
+    return getattr(env, "action_mode", ABSOLUTE)
 
 
 class Wrapper:
@@ -49,7 +56,7 @@ class Wrapper:
     @property
     def action_mode(self) -> str:
         """The action layout of this env: the wrapped env's, for a wrapper that keeps its actions."""
-        return getattr(self.env, "action_mode", "absolute")
+        return action_mode_of(self.env)
 
     @property
     def unwrapped(self) -> Any:

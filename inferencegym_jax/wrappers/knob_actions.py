@@ -42,9 +42,9 @@ import numpy as np
 
 from inferencegym_jax import spaces, validation
 from inferencegym_jax.actions import KNOBS, ServingAction, indices_from_action
-from inferencegym_jax.wrappers.base import StepResult, Wrapper, flag_clipped
+from inferencegym_jax.wrappers.base import ABSOLUTE, StepResult, Wrapper, action_mode_of, flag_clipped
 
-ABSOLUTE, HOLD, RELATIVE = "absolute", "hold", "relative"
+HOLD, RELATIVE = "hold", "relative"
 ACTION_MODES: tuple[str, ...] = (ABSOLUTE, HOLD, RELATIVE)
 INITIAL_ACTIONS: tuple[str, ...] = ("default", "best_static")
 
@@ -165,11 +165,6 @@ def wrap(env: Any, action_mode: str) -> Any:
     if action_mode not in WRAPPERS:
         raise ValueError(f"config key 'action_mode' = {action_mode!r} out of range: must be one of {ACTION_MODES}")
     return WRAPPERS[action_mode](env)
-
-
-def action_mode_of(env: Any) -> str:
-    """The action layout of a wrapped or plain env: 'hold', 'relative' or 'absolute'."""
-    return getattr(env, "action_mode", ABSOLUTE)
 
 
 def _best_static_indices(env: Any, nvec: tuple[int, ...]) -> np.ndarray:
