@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from inferencegym_jax.episode_plot import write_png
+
 
 def plot_reward_curve(rows: list[dict[str, float]], levels: dict[str, float], path: str | Path,
                       title: str = "") -> Path:
@@ -34,7 +36,6 @@ def plot_reward_curve(rows: list[dict[str, float]], levels: dict[str, float], pa
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=120)
+    path = write_png(fig, path, dpi=120)  # atomically, as every file the trainer writes
     plt.close(fig)
     return path
