@@ -71,6 +71,15 @@ def episode_keys(key: jax.Array, start: int, count: int) -> jax.Array:
     return jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(start, start + count))
 
 
+def stream_episode_keys(root: jax.Array, episode: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(k_reset, k_env, k_policy) of episode `episode` of the stream `root` (a typed key ()):
+    `split(fold_in(root, episode), 3)`, the keys `run_episode` gives episode `episode` of
+    `run_episodes(..., root, ...)`. Interval t steps with fold_in(k_env, t) and asks the policy
+    with fold_in(k_policy, t). The gymnasium adapter and the server start episodes with it."""
+    k_reset, k_env, k_policy = jax.random.split(jax.random.fold_in(root, episode), 3)
+    return k_reset, k_env, k_policy
+
+
 def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: jax.Array, num_steps: int) -> Trajectory:
     """One episode of `num_steps` intervals from a reset with `key` (no auto-reset inside)."""
     k_reset, k_env, k_policy = jax.random.split(key, 3)

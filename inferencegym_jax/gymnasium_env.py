@@ -141,15 +141,9 @@ def register_envs() -> list[str]:
 # as overrides) compile nothing new.
 
 
-def _episode_keys(root: jax.Array, episode: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """(k_reset, k_env) of episode `episode` (int32 ()) of the stream `root` (typed key ())."""
-    k_reset, k_env, _ = jax.random.split(jax.random.fold_in(root, episode), 3)
-    return k_reset, k_env
-
-
 def _start(env: InferenceGymEnv, params: EnvParams, root: jax.Array, episode: jax.Array) -> tuple[jax.Array, EnvState]:
     """float32 (OBS_SIZE,) observation and state of the first interval of an episode."""
-    obs, state = env.reset_env(_episode_keys(root, episode)[0], params)
+    obs, state = env.reset_env(evaluate.stream_episode_keys(root, episode)[0], params)
     return env.flatten_observation(obs, params), state
 
 
@@ -158,7 +152,7 @@ def _interval(
 ) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
     """One interval of an episode: obs float32 (OBS_SIZE,), state, reward float32, terminated,
     truncated (bool), and the info arrays of the module docstring."""
-    key = jax.random.fold_in(_episode_keys(root, episode)[1], state.time)
+    key = jax.random.fold_in(evaluate.stream_episode_keys(root, episode)[1], state.time)
     obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
     m = info["metrics"]
     out = {

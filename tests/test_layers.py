@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "inferencegym_jax.gymnasium_env"),
     ("inferencegym_jax.sb3_env",),
     ("training",),
+    ("inferencegym_jax.server",),
     ("inferencegym_jax.cli",),
 )
 PACKAGES = ("inferencegym_jax", "training")

@@ -1,0 +1,14 @@
+"""The OpenEnv server over the jitted env (`inferencegym serve`; extra `[server]`).
+
+    pool         every session of a task in one device pool, stepped by one jitted, vmapped program
+    sessions     the bounded session store (LRU eviction, 410 for evicted ids) and the batcher
+    core         sessions, steps, grading and baselines, without the web framework
+    schemas      the typed messages (OpenEnv Action / Observation / State, HTTP bodies)
+    openenv_env  OpenEnv's Environment over the core (WS /ws, the stateless /reset, /step)
+    routes       the session API, /tasks, /info, /stats, /grader, /baseline, /view
+    app          the FastAPI app (OpenEnv's create_app plus routes) and `serve`
+    asgi         a module-level app for ASGI servers (openenv.yaml)
+
+`pool`, `sessions` and `core` need only JAX; the others import FastAPI and openenv, so nothing
+here is imported by the package itself.
+"""

@@ -1,0 +1,142 @@
+"""The FastAPI app: OpenEnv's protocol (`create_app`) plus this server's routes, and `serve`.
+
+`build_app(core)` serves, on one port:
+  * OpenEnv's routes over `openenv_env.InferenceGymEnvironment`: WS /ws (one episode per
+    connection), the stateless POST /reset, POST /step, GET /state, and GET /health, /metadata,
+    /schema, POST /mcp;
+  * `routes`: the session API, /tasks, /info, /grader, /baseline and the live page /view.
+
+Bodies over MAX_BODY_BYTES are refused with 413 before they are read whole. `serve` compiles
+every program first (`ServerCore.warm_up`) and only then opens the port, so a client that
+reaches /health finds a server that compiles nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from openenv.core.env_server.http_server import create_app
+
+from inferencegym_jax.server.core import ServerCore
+from inferencegym_jax.server.openenv_env import ENV_NAME, InferenceGymEnvironment
+from inferencegym_jax.server.routes import build_router
+from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
+
+# Largest request body [bytes]: a grader log of core.MAX_LOG_INTERVALS records is ~1.5 MB.
+MAX_BODY_BYTES = 4 * 2**20
+
+Scope = Mapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for an HTTP body over `limit` bytes (declared or streamed)."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(send)
+            return
+        received = 0
+        refused = False
+
+        async def limited_receive() -> dict[str, Any]:
+            # Past the limit the app is told the client left (it stops reading) and the client
+            # gets the 413; whatever the app still sends is dropped.
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    refused = True
+                    await self._refuse(send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+    async def _refuse(self, send: Send) -> None:
+        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with every non-finite float as its text ("nan", "inf"): JSON has no NaN, and a
+    422 that quotes the NaN a client sent must still be valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+async def validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 with FastAPI's usual body (each error's loc names the field), JSON-safe."""
+    errors = exc.errors() if isinstance(exc, RequestValidationError) else [{"msg": str(exc)}]
+    return JSONResponse(status_code=422, content={"detail": json_safe(jsonable_encoder(errors))})
+
+
+def build_app(core: ServerCore) -> FastAPI:
+    """The app over a (warmed-up) core (module docstring)."""
+    app = create_app(
+        lambda: InferenceGymEnvironment(core),
+        ServingAction,
+        ServingObservation,
+        env_name=ENV_NAME,
+        max_concurrent_envs=core.store.max_sessions,
+        state_cls=ServingState,
+    )
+    app.include_router(build_router(core))
+    app.add_exception_handler(RequestValidationError, validation_error)
+
+    async def start_batcher() -> None:
+        core.batcher.start()
+
+    async def stop_batcher() -> None:
+        await core.batcher.stop()
+
+    app.router.on_startup.append(start_batcher)
+    app.router.on_shutdown.append(stop_batcher)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    return app
+
+
+def serve(task_ids: Sequence[str], host: str, port: int, max_sessions: int = 64,
+          batching: bool = True, checkpoints: Mapping[str, str] | None = None) -> None:
+    """Build the core, compile everything, then serve on host:port until interrupted."""
+    import uvicorn
+
+    t0 = time.perf_counter()
+    core = ServerCore(task_ids, max_sessions=max_sessions, batching=batching, checkpoints=checkpoints)
+    core.warm_up()
+    print(f"inferencegym serve: {len(core.task_ids)} task(s) compiled in {time.perf_counter() - t0:.0f} s; "
+          f"http://{host}:{port}  (OpenEnv: /ws /reset /step /state /health; sessions: /sessions; "
+          f"/tasks /info /grader /baseline; live view: /view)", file=sys.stderr, flush=True)
+    uvicorn.run(build_app(core), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES)

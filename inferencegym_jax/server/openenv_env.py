@@ -1,0 +1,147 @@
+"""The serving env as an OpenEnv `Environment`: one pinned session of the shared core each.
+
+OpenEnv's `create_app` makes one `InferenceGymEnvironment` per WebSocket connection (`/ws`) and
+a fresh one per stateless `POST /reset`, `POST /step` and `GET /state`, closing it after the
+request. Each holds at most one session of the core, created at its first reset (so building
+one, as `/metadata` does, costs nothing) and closed with it. Its `reset_async` and `step_async`
+go through the core's batcher, so the episodes of all open connections are stepped together.
+
+reset(seed=s, episode=e, task_id=t): episode e of the key stream of seed s (pool module
+docstring), task t (default: the first served task). A step after the horizon raises HTTP 409.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from fastapi import HTTPException
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+from inferencegym_jax.server.core import ServerCore, StepResult
+from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
+from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone
+
+ENV_NAME = "inferencegym"
+
+
+def observation(result: StepResult, task_id: str) -> ServingObservation:
+    """The OpenEnv observation of a step result."""
+    return ServingObservation(
+        **result.observation,
+        done=result.done,
+        reward=result.reward,
+        reward_components=result.reward_components,
+        metrics=result.metrics,
+        applied_action=result.applied_action,
+        clipped=result.clipped,
+        step_count=result.step_count,
+        task_id=task_id,
+    )
+
+
+def state_of(session: Session | None) -> ServingState:
+    """The OpenEnv state of a session (an empty state before the first reset)."""
+    if session is None:
+        return ServingState()
+    return ServingState(episode_id=session.episode_id, step_count=session.step_count, task_id=session.task_id,
+                        seed=session.seed, episode=session.episode, horizon=session.horizon, done=session.done,
+                        cumulative_reward=session.cumulative_reward)
+
+
+@contextlib.contextmanager
+def http_errors() -> Iterator[None]:
+    """The core's errors as HTTP errors (OpenEnv's stateless routes answer them as such; over
+    /ws the message reaches the client as an error message): bad values 422, a finished
+    episode 409, a closed session 410, no free slot 503."""
+    try:
+        yield
+    except ValueError as err:
+        raise HTTPException(422, str(err)) from None
+    except EpisodeDone as err:
+        raise HTTPException(409, str(err)) from None
+    except SessionGone as err:
+        raise HTTPException(410, str(err.args[0])) from None
+    except CapacityError as err:
+        raise HTTPException(503, str(err)) from None
+
+
+class InferenceGymEnvironment(Environment[ServingAction, ServingObservation, ServingState]):
+    """An OpenEnv environment over `core` (module docstring)."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, core: ServerCore):
+        super().__init__()
+        self._core = core
+        self._session: Session | None = None
+
+    def _session_for(self, task_id: Any) -> Session:
+        with http_errors():
+            task = self._core.task_ids[0] if task_id is None else self._core.resolve_task(task_id)
+            if self._session is not None and (self._session.task_id != task or self._session.closed):
+                self.close()
+            if self._session is None:
+                self._session = self._core.store.create(task, pinned=True)
+        return self._session
+
+    def _current(self) -> Session:
+        if self._session is None or not self._session.started:
+            raise HTTPException(409, "reset the environment before stepping it")
+        return self._session
+
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
+                          episode: int = 0) -> ServingObservation:
+        session = self._session_for(task_id)
+        with http_errors():
+            result = await self._core.reset(session, seed, episode, episode_id)
+        return observation(result, session.task_id)
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
+              episode: int = 0) -> ServingObservation:
+        session = self._session_for(task_id)
+        with http_errors():
+            result = self._core.reset_now(session, seed, episode, episode_id)
+        return observation(result, session.task_id)
+
+    async def step_async(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
+        session = self._current()
+        with http_errors():
+            result = await self._core.step(session, action.knobs(), action.policy)
+        return observation(result, session.task_id)
+
+    def step(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
+        session = self._current()
+        with http_errors():
+            result = self._core.step_now(session, action.knobs(), action.policy)
+        return observation(result, session.task_id)
+
+    @property
+    def state(self) -> ServingState:
+        return state_of(self._session)
+
+    def close(self) -> None:
+        """Close this environment's session (its slot goes back to the pool)."""
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            self._core.store.close(session.id)
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        tasks = ", ".join(self._core.task_ids)
+        return EnvironmentMetadata(
+            name=ENV_NAME,
+            description=f"LLM inference-serving control (JAX simulator), tasks {tasks}; "
+                        "reset(seed, episode, task_id), step(knob values or a server policy)",
+            version=_version(),
+        )
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("inferencegym_jax")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "0+source"

@@ -1,0 +1,164 @@
+"""The HTTP routes beside OpenEnv's: sessions by id, tasks, info, grader, baseline, live view.
+
+    POST   /sessions                 {task_id, seed?, episode?, episode_id?} -> 201 session, first observation
+    GET    /sessions/{id}            the session's state
+    POST   /sessions/{id}/reset      {seed?, episode?, episode_id?} -> the first observation
+    POST   /sessions/{id}/step       {action: {knob: value}} or {policy: name} -> observation, reward, done
+    GET    /sessions/{id}/log        the episode's grader records (POST /grader's input)
+    DELETE /sessions/{id}            close it (204)
+    GET    /tasks                    served tasks: ids, names, difficulty, knobs, defaults, SLOs, policies
+    GET    /stats                    sessions, evictions, batched program runs and compilations
+    GET    /info                     action and observation schemas with units, reward weights, limits
+    POST   /grader                   {task_id, intervals: [...]} -> score, breakdown, feedback (stateless)
+    GET    /baseline?task_id&seed&episodes   every server policy on held-out episodes (reproducible)
+    GET    /view                     the live page (static HTML and JavaScript)
+
+Errors: 422 for a malformed body or a bad value (naming the field), 404 for an unknown session,
+410 for an evicted one (sessions.SessionStore), 409 for a step after the episode's horizon,
+413 for a body over app.MAX_BODY_BYTES, 503 when every slot is held by a WebSocket.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi.responses import HTMLResponse
+
+from inferencegym_jax import observation as observation_module
+from inferencegym_jax.actions import KNOBS
+from inferencegym_jax.server import schemas
+from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
+from inferencegym_jax.server.openenv_env import http_errors, state_of
+from inferencegym_jax.server.sessions import Session, SessionGone, SessionNotFound
+
+# The names of reward.RewardParams.weights, in order (reward.py's docstring).
+REWARD_TERMS = ("alpha_throughput", "beta_latency", "gamma_slo_violations", "delta_cost", "epsilon_knob_changes")
+
+
+def session_body(session: Session, result: StepResult | None = None) -> dict[str, Any]:
+    """A session's JSON: id, state, and the result of the operation that answered."""
+    body: dict[str, Any] = {"session_id": session.id, "state": state_of(session).model_dump()}
+    if result is not None:
+        body.update(dataclasses.asdict(result))
+    return body
+
+
+def build_router(core: ServerCore) -> APIRouter:
+    """The routes of the module docstring over `core`."""
+    router = APIRouter()
+
+    def find(session_id: str) -> Session:
+        try:
+            return core.store.get(session_id)
+        except SessionGone as err:
+            raise HTTPException(410, err.args[0]) from None
+        except SessionNotFound as err:
+            raise HTTPException(404, err.args[0]) from None
+
+    @router.post("/sessions", status_code=201, tags=["Sessions"])
+    async def create_session(body: schemas.CreateSession) -> dict[str, Any]:
+        with http_errors():
+            task_id = core.resolve_task(body.task_id)
+            session = core.store.create(task_id)
+        with http_errors():
+            result = await core.reset(session, body.seed, body.episode, body.episode_id)
+        return session_body(session, result)
+
+    @router.get("/sessions/{session_id}", tags=["Sessions"])
+    async def get_session(session_id: str) -> dict[str, Any]:
+        return session_body(find(session_id))
+
+    @router.post("/sessions/{session_id}/reset", tags=["Sessions"])
+    async def reset_session(session_id: str, body: schemas.ResetSession) -> dict[str, Any]:
+        session = find(session_id)
+        with http_errors():
+            result = await core.reset(session, body.seed, body.episode, body.episode_id)
+        return session_body(session, result)
+
+    @router.post("/sessions/{session_id}/step", tags=["Sessions"])
+    async def step_session(session_id: str, body: schemas.StepSession) -> dict[str, Any]:
+        session = find(session_id)
+        action = None if body.action is None else body.action.model_dump()
+        with http_errors():
+            result = await core.step(session, action, body.policy)
+        return session_body(session, result)
+
+    @router.get("/sessions/{session_id}/log", tags=["Sessions"])
+    async def session_log(session_id: str) -> dict[str, Any]:
+        session = find(session_id)
+        return {"task_id": session.task_id, "intervals": list(session.log)}
+
+    @router.delete("/sessions/{session_id}", status_code=204, tags=["Sessions"])
+    async def close_session(session_id: str) -> Response:
+        find(session_id)
+        with http_errors():
+            core.store.close(session_id)
+        return Response(status_code=204)
+
+    @router.get("/tasks", tags=["Tasks"])
+    async def list_tasks() -> dict[str, Any]:
+        return {"ready": core.ready, "max_sessions": core.store.max_sessions, "tasks": core.task_table}
+
+    @router.get("/stats", tags=["Tasks"])
+    async def stats() -> dict[str, Any]:
+        """Sessions open, evictions, and how many operations the batched programs ran in how many runs."""
+        return {"sessions": len(core.store), "max_sessions": core.store.max_sessions,
+                "evictions": core.store.evictions, "batching": core.batcher.batching,
+                "batches": core.batcher.batches, "operations": core.batcher.operations,
+                "compilations": {t: pool.traces for t, pool in core.pools.items()}}
+
+    @router.get("/info", tags=["Tasks"])
+    async def info() -> dict[str, Any]:
+        return info_body(core)
+
+    @router.post("/grader", tags=["Grading"])
+    async def grader(body: schemas.GraderRequest) -> dict[str, Any]:
+        with http_errors():
+            task_id = core.resolve_task(body.task_id)
+        return core.grade(task_id, [r.model_dump() for r in body.intervals])
+
+    @router.get("/baseline", tags=["Grading"])
+    def baseline(task_id: str = Query(..., description="a served task"),
+                 seed: int = Query(0, ge=0, le=MAX_SEED, description="seed of evaluate.evaluation_key"),
+                 episodes: int = Query(16, ge=1, le=MAX_BASELINE_EPISODES)) -> dict[str, Any]:
+        # A plain def: FastAPI runs it on its thread pool, so the event loop keeps serving.
+        with http_errors():
+            resolved = core.resolve_task(task_id)
+            rows = core.baseline(resolved, seed, episodes)
+        return {"task_id": resolved, "seed": seed, "episodes": episodes,
+                "key": f"evaluate.evaluation_key({seed}), episodes 0..{episodes - 1}", "policies": rows}
+
+    @router.get("/view", response_class=HTMLResponse, tags=["Live view"])
+    async def view() -> HTMLResponse:
+        page = resources.files("inferencegym_jax.server").joinpath("static", "view.html").read_text()
+        return HTMLResponse(page)
+
+    return router
+
+
+def info_body(core: ServerCore) -> dict[str, Any]:
+    """GET /info: the schemas (with units), the observation table, reward weights, limits."""
+    from inferencegym_jax.serving import IntervalMetrics
+
+    return {
+        "knobs": list(KNOBS),
+        "action_schema": schemas.ServingAction.model_json_schema(),
+        "step_body_schema": schemas.StepSession.model_json_schema(),
+        "observation_schema": schemas.ServingObservation.model_json_schema(),
+        "observation_fields": {name: {"unit": f.unit, "low": f.low, "high": f.high, "size": f.size, "doc": f.doc}
+                               for name, f in observation_module.FEATURES},
+        "metrics_doc": (IntervalMetrics.__doc__ or "").strip(),
+        "reward": {
+            "range": [-1.0, 1.0],
+            "weights": {task_id: dict(zip(REWARD_TERMS, np.asarray(pool.params.reward.weights).tolist()))
+                        for task_id, pool in core.pools.items()},
+            "doc": "R = alpha T - beta L - gamma V - delta C - epsilon S per interval, clipped to [-1, 1] (reward.py)",
+        },
+        "grader_record_schema": schemas.IntervalRecord.model_json_schema(),
+        "limits": {"max_sessions": core.store.max_sessions, "max_log_intervals": schemas.MAX_LOG_INTERVALS,
+                   "max_baseline_episodes": MAX_BASELINE_EPISODES, "max_seed": MAX_SEED},
+    }

@@ -1,0 +1,167 @@
+"""The server's typed messages: OpenEnv's Action / Observation / State, and the HTTP bodies.
+
+Every field is bounded and documented with its unit; the bounds come from the declarations
+they describe (actions.KNOB_RANGES, observation.FEATURES, graders.METRIC_FIELDS), so they
+cannot drift apart. Every model forbids unknown fields, and knob values and log numbers must
+be finite JSON numbers of the right type (strict: "3" is not 3), so bad input is a 422 that
+names the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import BaseModel, ConfigDict, Field
+
+from inferencegym_jax import actions
+from inferencegym_jax.actions import KNOB_RANGES, KNOBS
+from inferencegym_jax.graders import METRIC_FIELDS
+from inferencegym_jax.observation import FEATURES
+from inferencegym_jax.server.core import MAX_LOG_INTERVALS, MAX_SEED
+
+KNOB_DOCS = {
+    "kv_budget": "fraction of the HBM after weights and reserve given to the KV cache",
+    "spec_length": f"speculative draft tokens per step, snapped to {list(actions.GRID[1])}",
+    "batch_size": "max concurrent sequences, snapped to the grid " + str(list(actions.BATCH_SIZES)),
+    "prefill_disagg": "1: prefill on a second GPU, 0: on the decode GPU",
+    "quant_tier": "weight precision: 0 FP16, 1 INT8 (FP8 on H100), 2 INT4",
+}
+KNOB_UNITS = {"kv_budget": "fraction", "spec_length": "tokens", "batch_size": "sequences",
+              "prefill_disagg": "bool", "quant_tier": "tier"}
+STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+def _knob_field(name: str, required: bool) -> tuple[Any, Any]:
+    lo, hi = KNOB_RANGES[KNOBS.index(name)]
+    # Values as the client sends them are strict JSON ints for integer knobs; a grader record
+    # holds the applied values as float32 gives them (64.0), so required knobs are floats.
+    kind = float if name == "kv_budget" or required else int
+    doc = f"[{KNOB_UNITS[name]}] {KNOB_DOCS[name]}, in [{lo:g}, {hi:g}]"
+    if not required:
+        doc += "; omitted: the task's default (GET /tasks)"
+    field = Field(... if required else None, ge=lo, le=hi, allow_inf_nan=False, strict=True, description=doc)
+    return (kind if required else kind | None), field
+
+
+# Knob values; omitted knobs take the task default, knobs the task masks are reported clipped.
+KnobValues = pydantic.create_model(
+    "KnobValues", __config__=STRICT, **{k: _knob_field(k, required=False) for k in KNOBS})
+# All five knobs, as a grader record has them.
+AppliedKnobs = pydantic.create_model(
+    "AppliedKnobs", __config__=STRICT, **{k: _knob_field(k, required=True) for k in KNOBS})
+
+
+class ServingAction(Action):
+    """One interval's action over OpenEnv: knob values in physical units, or a server policy.
+
+    Give knob fields (omitted ones take the task default; values are clipped to the grid and
+    knobs the task masks are reported in `clipped`), or `policy`: the name of a policy the
+    server runs for this interval (GET /tasks lists them), not both.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    kv_budget: float | None = _knob_field("kv_budget", False)[1]
+    spec_length: int | None = _knob_field("spec_length", False)[1]
+    batch_size: int | None = _knob_field("batch_size", False)[1]
+    prefill_disagg: int | None = _knob_field("prefill_disagg", False)[1]
+    quant_tier: int | None = _knob_field("quant_tier", False)[1]
+    policy: str | None = Field(None, max_length=64, description="a server policy to act instead (GET /tasks)")
+
+    def knobs(self) -> dict[str, Any]:
+        """The knob values given (None for omitted ones)."""
+        return {k: getattr(self, k) for k in KNOBS}
+
+
+def _obs_field(name: str, feature: Any) -> tuple[Any, Any]:
+    kind = float if feature.size == 1 else list[float]
+    shape = "" if feature.size == 1 else f" ({feature.size} values)"
+    return kind, Field(0.0 if feature.size == 1 else [0.0] * feature.size,
+                       description=f"[{feature.unit}] {feature.doc}{shape}")
+
+
+_ObservationFields = pydantic.create_model(
+    "_ObservationFields", __base__=Observation, **{n: _obs_field(n, f) for n, f in FEATURES})
+
+
+class ServingObservation(_ObservationFields):
+    """What the agent sees after a reset or a step: the observation's fields in their units,
+    plus the reward's terms, the interval's serving metrics and the knobs applied."""
+
+    reward_components: dict[str, float] = Field(default_factory=dict, description="the reward's terms (reward.reward)")
+    metrics: dict[str, Any] = Field(
+        default_factory=dict, description="serving.IntervalMetrics of the interval, with units as GET /info lists")
+    applied_action: dict[str, float] = Field(default_factory=dict, description="knob -> value applied [knob units]")
+    clipped: list[str] = Field(default_factory=list, description="knobs clipped, snapped or masked in this step")
+    step_count: int = Field(0, description="[intervals] stepped in the episode")
+    task_id: str = Field("", description="the task of the episode")
+
+
+class ServingState(State):
+    """A session's episode: OpenEnv's episode_id and step_count, and the rest of its record."""
+
+    task_id: str = Field("", description="the task of the episode")
+    seed: int = Field(0, description="seed of the episode's key stream, [0, 2**32 - 1]")
+    episode: int = Field(0, description="episode of that stream")
+    horizon: int = Field(0, description="[intervals] per episode")
+    done: bool = Field(False, description="the episode reached its horizon")
+    cumulative_reward: float = Field(0.0, description="sum of the episode's rewards")
+
+
+class ResetSession(BaseModel):
+    """Start an episode: episode `episode` of the key stream of `seed` (random when omitted)."""
+
+    model_config = STRICT
+
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed of the key stream")
+    episode: int = Field(0, ge=0, le=2**31 - 1, description="episode of the stream")
+    episode_id: str | None = Field(None, max_length=255, description="a label for the episode")
+
+
+class CreateSession(ResetSession):
+    """A new session of a served task, reset at once."""
+
+    task_id: str | int = Field(..., description="a served task: id, gymnasium id or number (GET /tasks)")
+
+
+class StepSession(BaseModel):
+    """One interval: `action` (knob values) or `policy` (a server policy), not both."""
+
+    model_config = STRICT
+
+    action: KnobValues | None = Field(None, description="knob values; omitted knobs take the task default")
+    policy: str | None = Field(None, max_length=64, description="a server policy (GET /tasks)")
+
+    @pydantic.model_validator(mode="after")
+    def _one_of(self) -> StepSession:
+        if (self.action is None) == (self.policy is None):
+            raise ValueError("give exactly one of action and policy")
+        return self
+
+
+GraderMetrics = pydantic.create_model(
+    "GraderMetrics", __config__=STRICT,
+    **{name: (float, Field(..., ge=0.0, allow_inf_nan=False, description=f"IntervalMetrics.{name}"))
+       for name in METRIC_FIELDS})
+
+
+class IntervalRecord(BaseModel):
+    """One interval of an episode log (GET /sessions/{id}/log gives them)."""
+
+    model_config = STRICT
+
+    metrics: GraderMetrics
+    action: AppliedKnobs
+    offered_tokens: float = Field(..., ge=0.0, allow_inf_nan=False,
+                                  description="[tokens] output tokens of the requests that arrived")
+
+
+class GraderRequest(BaseModel):
+    """An episode log to grade with a task's grader."""
+
+    model_config = STRICT
+
+    task_id: str | int = Field(..., description="a served task (GET /tasks)")
+    intervals: list[IntervalRecord] = Field(..., max_length=MAX_LOG_INTERVALS, description="the episode's intervals")
