@@ -22,8 +22,10 @@ TASK1, TASK3 = "InferenceGym-Task1-v0", "InferenceGym-Task3-v0"
 PUREJAXRL = Path(__file__).parent / "third_party" / "purejaxrl"
 # Held-out episodes for the learning tests, and the score a learner must beat: the graders put
 # the random policy at 0 and the best static configuration at 1 (graders.py), so 0.5 is well
-# clear of random and far below what these budgets reach (~0.9 with 16k steps).
-EVAL_EPISODES, CLEARLY_ABOVE_RANDOM = 16, 0.5
+# clear of random and far below what these budgets reach (~0.9 with 16k steps). 24 episodes, as
+# tests/test_graders.py grades the baselines: the random policy's graded evaluation of task 1 is
+# then one program for both files (the shared compilation cache).
+EVAL_EPISODES, CLEARLY_ABOVE_RANDOM = 24, 0.5
 
 
 def test_flatten_observation_is_the_envs_vector():
@@ -94,9 +96,20 @@ def test_to_gymnax_spaces_steps_and_identity():
     keys = jax.random.split(jax.random.key(0), 4)
     obs, state = jax.vmap(genv.reset, in_axes=(0, None))(keys, gparams)
     actions = jnp.arange(4, dtype=jnp.int32) * 30
-    out = jax.jit(jax.vmap(genv.step, in_axes=(0, 0, 0, None)))(keys, state, actions, gparams)
+    step = jax.jit(jax.vmap(genv.step, in_axes=(0, 0, 0, None)))
+    out = step(keys, state, actions, gparams)
     assert len(out) == 5 and obs.shape == out[0].shape == (4, OBS_SIZE)
     np.testing.assert_array_equal(out[3], out[4]["terminated"] | out[4]["truncated"])
+    # What a done-driven loop (rejax's evaluation, PureJaxRL's episode stats) sees: whole
+    # episodes, done first at the horizon (200 intervals), finite rewards all the way.
+    horizon, dones, rewards = int(gparams.max_steps_in_episode), [out[3]], [out[2]]
+    for t in range(1, horizon):
+        out = step(jax.random.split(jax.random.key(t), 4), out[1], actions, gparams)
+        dones.append(out[3])
+        rewards.append(out[2])
+    dones = np.asarray(dones)
+    assert horizon == 200 and not dones[:-1].any() and dones[-1].all()
+    assert np.all(np.isfinite(np.asarray(rewards)))
     six = wrappers.to_gymnax(env, params)[0]
     one_state = jax.tree_util.tree_map(lambda x: x[0], state)
     assert len(jax.eval_shape(six.step, keys[0], one_state, jnp.int32(0), gparams)) == 6
@@ -150,8 +163,13 @@ def test_rejax_ppo_learns_task1():
     algo = rejax.PPO.create(env=genv, env_params=gparams, total_timesteps=16_384, num_envs=16, num_steps=64,
                             num_epochs=4, num_minibatches=4, learning_rate=3e-4, eval_freq=16_384,
                             skip_initial_evaluation=True)
-    train_state, (lengths, returns) = jax.jit(algo.train)(jax.random.PRNGKey(0))
-    assert np.all(lengths == 200) and np.all(np.isfinite(returns))  # rejax's own evaluation: whole episodes
+    # No in-training evaluation (128 episodes of the policy compiled into the training program,
+    # a third of its compile time): the graders evaluate below. What that evaluation checked of
+    # the adapter, whole episodes to a done-driven loop, test_to_gymnax_spaces_steps_and_identity
+    # checks.
+    algo = algo.replace(eval_callback=lambda algo, train_state, key: ())
+    train_state, evaluation = jax.jit(algo.train)(jax.random.PRNGKey(0))
+    assert evaluation == ()
     act = algo.make_act(train_state)
 
     def policy(key, flat_obs, p):

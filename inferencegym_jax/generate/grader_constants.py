@@ -43,8 +43,10 @@ def probe_values(env_id: str, actions: list[list[int]], seed: int) -> list[dict[
     """
     env, params = ig.make(env_id)
     key = jax.random.fold_in(evaluate.training_key(seed), SEARCH_STREAM + 1)
+    # One call of exactly these envs (the default width, 2,048 envs, would pad a few actions
+    # to a thousand: a larger program to compile for the same numbers).
     stats = baselines.static_statistics(env, params, np.asarray(actions, np.int32), key, PROBE_EPISODES,
-                                        num_steps=PROBE_STEPS)
+                                        envs_per_call=PROBE_EPISODES * len(actions), num_steps=PROBE_STEPS)
     return [
         {"action": a, **{k: [float(f"{v:.6g}") for v in stats[k][i]] for k in PROBE_FIELDS}}
         for i, a in enumerate(actions)
