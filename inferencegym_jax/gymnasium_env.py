@@ -87,8 +87,7 @@ NAMESPACE = "InferenceGym"
 ENTRY_POINT = "inferencegym_jax.gymnasium_env:GymnasiumEnv"
 VECTOR_ENTRY_POINT = "inferencegym_jax.gymnasium_env:GymnasiumVectorEnv"
 RENDER_MODES = ["ansi"]
-# A key keeps 32 bits of its seed (jax.random.key with 64-bit types off): larger seeds would collide.
-MAX_SEED = 2**32 - 1
+MAX_SEED = sampling.MAX_SEED
 METRIC_NAMES = tuple(f.name for f in dataclasses.fields(serving.IntervalMetrics))
 RESET_OPTIONS = ("key", "episode")
 
@@ -242,13 +241,6 @@ def _select(mask: jax.Array, fresh: EnvState, stepped: EnvState) -> EnvState:
 # ----------------------------------------------------------------------------- host-side checks
 
 
-def _check_seed(seed: Any, name: str = "seed") -> int:
-    """`seed` as an int; ValueError naming `name` unless an int in [0, MAX_SEED]."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
-        raise ValueError(f"{name}={seed!r}: must be an integer in [0, {MAX_SEED}] (jax.random.key keeps 32 bits)")
-    return int(seed)
-
-
 def _check_options(options: Mapping[str, Any] | None, seed: Any) -> tuple[jax.Array, int] | None:
     """(root key, episode) of reset's options, None when they name no stream; ValueError otherwise."""
     if not options:
@@ -397,7 +389,7 @@ class GymnasiumEnv(gymnasium.Env):
         obs: float32 (OBS_SIZE,), entries in [0, 1].
         """
         stream = _check_options(options, seed)
-        seed = None if seed is None else _check_seed(seed)
+        seed = None if seed is None else sampling.check_seed(seed)
         super().reset(seed=seed)
         if seed is not None:
             self._root, self._episode = jax.random.key(seed), 0
@@ -485,10 +477,10 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
     def _seed_list(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
         """One seed (or None) per env, checked; ValueError naming the offending entry."""
         if seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool)):
-            return [None if seed is None else _check_seed(int(seed) + i, f"seed={seed} + {i}")
+            return [None if seed is None else sampling.check_seed(int(seed) + i, f"seed={seed} + {i}")
                     for i in range(self.num_envs)]
         if isinstance(seed, Sequence) and not isinstance(seed, str) and len(seed) == self.num_envs:
-            return [None if s is None else _check_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
+            return [None if s is None else sampling.check_seed(s, f"seed[{i}]") for i, s in enumerate(seed)]
         raise ValueError(f"seed={seed!r}: must be None, an int or a list of {self.num_envs} ints or Nones")
 
     def _set_streams(self, seed: int | Sequence[int | None] | None, stream: tuple[jax.Array, int] | None) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import ndtri
 
 from inferencegym_jax import xla_ops
@@ -17,6 +18,9 @@ from inferencegym_jax import xla_ops
 Array = Any
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+# Largest seed: jax.random.key keeps 32 bits of a seed (with 64-bit types off), so larger
+# seeds would collide. (cli.common has its own copy: `inferencegym --help` must not import JAX.)
+MAX_SEED = 2**32 - 1
 
 
 def _threefry2x32(k0: Array, k1: Array, x0: Array, x1: Array) -> tuple[Array, Array]:
@@ -30,6 +34,13 @@ def _threefry2x32(k0: Array, k1: Array, x0: Array, x1: Array) -> tuple[Array, Ar
         x0 = x0 + ks[(i + 1) % 3]
         x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
     return x0, x1
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """`seed` as an int; ValueError naming `name` unless an integer in [0, MAX_SEED]."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
+        raise ValueError(f"{name}={seed!r}: must be an integer in [0, {MAX_SEED}] (jax.random.key keeps 32 bits)")
+    return int(seed)
 
 
 def as_key(key: Any) -> jax.Array:

@@ -12,7 +12,7 @@ import pytest
 import inferencegym_jax as ig
 from inferencegym_jax.cli import bench, env_commands, main
 
-COMMANDS = ("rollout", "baselines", "train", "eval", "sweep", "bench", "plot")
+COMMANDS = ("rollout", "baselines", "train", "eval", "sweep", "bench", "plot", "serve")
 
 
 class LongComputationStarted(AssertionError):
@@ -48,7 +48,7 @@ def one_line_error(argv: list[str], capsys) -> str:
 
 def test_import_and_help_load_no_heavy_modules():
     """`inferencegym --help` is fast: neither the import nor the help loads JAX, the trainer,
-    pandas, matplotlib, an optimiser or a network library."""
+    pandas, matplotlib, an optimiser, a network library or the server's web stack."""
     code = (
         "import runpy, sys\n"
         "import inferencegym_jax.cli\n"
@@ -57,7 +57,8 @@ def test_import_and_help_load_no_heavy_modules():
         "    runpy.run_module('inferencegym_jax.cli', run_name='__main__')\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = {'jax', 'jaxlib', 'training', 'pandas', 'matplotlib', 'optax', 'distrax', 'tqdm', 'flax'}\n"
+        "heavy = {'jax', 'jaxlib', 'training', 'pandas', 'matplotlib', 'optax', 'distrax', 'tqdm', 'flax',\n"
+        "         'openenv', 'fastapi', 'uvicorn', 'pydantic'}\n"
         "loaded = sorted(m for m in sys.modules if m.split('.')[0] in heavy)\n"
         "assert not loaded, loaded\n"
     )
@@ -243,3 +244,11 @@ def test_read_only_folders_for_real(tmp_path, capsys):
                  ["train", "--task", "1", "--out", str(read_only / "run")],
                  ["sweep", "--task", "1", "--grid", "lr=1e-3", "--out", str(read_only)]):
         assert "is not writable" in one_line_error(argv, capsys)
+
+
+def test_the_clis_seed_limit_is_the_one_keys_have():
+    """cli.common keeps its own MAX_SEED (--help must not import JAX); it must not drift."""
+    from inferencegym_jax import sampling
+    from inferencegym_jax.cli import common
+
+    assert common.MAX_SEED == sampling.MAX_SEED == 2**32 - 1

@@ -158,3 +158,27 @@ def test_a_sessions_log_grades_as_the_graders_grade_its_intervals(served):
     assert answer["feedback"] == graders.feedback(expected, TASK)[0]
     assert answer["intervals"] == STEPS
     pool.release(slot)
+
+
+def test_a_checkpoints_policy_steps_sessions_as_evaluate_runs_it(tmp_path):
+    """`serve --checkpoint`: the trained policy (here an untrained network, saved and loaded as
+    a run's would be) acts in the pool as evaluate.run_episodes has it act."""
+    from inferencegym_jax.server.core import checkpoint_policy
+    from training.checkpoint import save_checkpoint
+    from training.config import PPOConfig
+    from training.ppo import make_train
+
+    config = PPOConfig(task=TASK, num_envs=4, num_steps=2, num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
+    trainer = make_train(config)
+    save_checkpoint(tmp_path, trainer, trainer.jit_init(trainer.root_key()))
+    env, params = ig.make(TASK)
+    policy = checkpoint_policy(str(tmp_path), TASK, params)
+    pool = pool_module.TaskPool(TASK, 8, {"ppo": policy})
+    pool.warm_up()
+    rows = episode(pool, pool.allocate(), 13, STEPS, {"policy": pool.policy_index("ppo")})
+    scanned = evaluate.run_episodes(env, params, policy, jax.random.key(13), 1, num_steps=STEPS)
+    np.testing.assert_allclose([r["reward"] for r in rows], np.asarray(scanned.reward[0]), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="trained on InferenceGym-Task1-v0"):
+        checkpoint_policy(str(tmp_path), "InferenceGym-Task2-v0", ig.make("InferenceGym-Task2-v0")[1])
+    with pytest.raises(ValueError, match="other env params"):
+        checkpoint_policy(str(tmp_path), TASK, params.replace(max_steps_in_episode=jnp.int32(50)))

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import baselines, evaluate, graders, tasks
+from inferencegym_jax import baselines, evaluate, graders, sampling, tasks
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.evaluate import Policy
 from inferencegym_jax.server.pool import GIVEN_ACTION, TaskPool
@@ -38,8 +38,7 @@ MAX_LOG_INTERVALS = 4096
 # /baseline evaluates this many episodes per jitted call, so every episode count shares a program.
 BASELINE_BATCH = evaluate.BATCH_MULTIPLE
 MAX_BASELINE_EPISODES = 256
-# Largest seed: a jax.random.key keeps 32 bits.
-MAX_SEED = 2**32 - 1
+MAX_SEED = sampling.MAX_SEED
 # Name of the policy a checkpoint given to `serve` adds.
 CHECKPOINT_POLICY = "ppo"
 
@@ -89,13 +88,6 @@ def _result(row: Mapping[str, Any], session: Session, reset: bool) -> StepResult
         clipped=[] if reset else [k for k, c in zip(KNOBS, row["clipped"]) if c],
         step_count=session.step_count,
     )
-
-
-def check_seed(seed: Any, name: str = "seed") -> int:
-    """`seed` as an int in [0, MAX_SEED]; ValueError naming `name` otherwise."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
-        raise ValueError(f"{name}={seed!r}: must be an integer in [0, {MAX_SEED}] (jax.random.key keeps 32 bits)")
-    return int(seed)
 
 
 def checkpoint_policy(directory: str, task_id: str, params: Any) -> Policy:
@@ -174,7 +166,7 @@ class ServerCore:
     # ------------------------------------------------------------------ sessions
 
     def _reset_op(self, session: Session, seed: int | None, episode: int, episode_id: str | None) -> dict[str, Any]:
-        session.seed = secrets.randbelow(MAX_SEED + 1) if seed is None else check_seed(seed)
+        session.seed = secrets.randbelow(MAX_SEED + 1) if seed is None else sampling.check_seed(seed)
         if isinstance(episode, bool) or not isinstance(episode, int) or not 0 <= episode <= 2**31 - 1:
             raise ValueError(f"episode={episode!r}: must be an integer in [0, {2**31 - 1}]")
         session.episode = episode
@@ -289,7 +281,7 @@ class ServerCore:
     def baseline(self, task_id: str, seed: int = 0, episodes: int = 16) -> list[dict[str, Any]]:
         """Every policy of the task (baselines, and the checkpoint's) on episodes 0 .. episodes-1
         of evaluate.evaluation_key(seed): one row per policy (evaluate.summarize's columns)."""
-        seed = check_seed(seed)
+        seed = sampling.check_seed(seed)
         if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_BASELINE_EPISODES:
             raise ValueError(f"episodes={episodes!r}: must be an integer in [1, {MAX_BASELINE_EPISODES}]")
         pool = self.pools[task_id]
