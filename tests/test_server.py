@@ -357,3 +357,18 @@ def test_serve_refuses_bad_options_in_one_line(argv, message):
                           text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith(f"inferencegym: error: {message}") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_concurrent_requests_on_one_session_run_one_after_another(server, http):
+    sid = new_session(http, seed=30)["session_id"]
+
+    async def burst():
+        async with httpx.AsyncClient(base_url=server[0], timeout=60) as client:
+            return await asyncio.gather(*(client.post(f"/sessions/{sid}/step", json={"policy": "random"})
+                                          for _ in range(12)))
+
+    counts = sorted(r.json()["step_count"] for r in asyncio.run(burst()))
+    assert counts == list(range(1, 13))
+    log = http.get(f"/sessions/{sid}/log").json()["intervals"]
+    assert len(log) == 12
+    http.delete(f"/sessions/{sid}")

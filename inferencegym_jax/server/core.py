@@ -166,10 +166,10 @@ class ServerCore:
     # ------------------------------------------------------------------ sessions
 
     def _reset_op(self, session: Session, seed: int | None, episode: int, episode_id: str | None) -> dict[str, Any]:
-        session.seed = secrets.randbelow(MAX_SEED + 1) if seed is None else sampling.check_seed(seed)
+        seed = secrets.randbelow(MAX_SEED + 1) if seed is None else sampling.check_seed(seed)
         if isinstance(episode, bool) or not isinstance(episode, int) or not 0 <= episode <= 2**31 - 1:
             raise ValueError(f"episode={episode!r}: must be an integer in [0, {2**31 - 1}]")
-        session.episode = episode
+        session.seed, session.episode = seed, episode
         session.episode_id = episode_id or session.id
         return {"slot": session.slot, "reset": True, "seed": session.seed, "episode": episode}
 
@@ -213,16 +213,19 @@ class ServerCore:
 
     async def reset(self, session: Session, seed: int | None = None, episode: int = 0,
                     episode_id: str | None = None) -> StepResult:
-        """Start an episode in `session` (seed None: a fresh random seed, kept in the session)."""
-        op = self._reset_op(session, seed, episode, episode_id)
-        return self._after_reset(session, await self.batcher.run(session, op))
+        """Start an episode in `session` (seed None: a fresh random seed, kept in the session).
+        A session's operations run one at a time, in the order they arrive."""
+        async with session.lock:
+            op = self._reset_op(session, seed, episode, episode_id)
+            return self._after_reset(session, await self.batcher.run(session, op))
 
     async def step(self, session: Session, action: Mapping[str, float] | None = None,
                    policy: str | None = None) -> StepResult:
         """One interval with `action` (knob -> value; missing knobs at the task default) or with
         one of the server's policies; EpisodeDone after the horizon."""
-        op = self._step_op(session, action, policy)
-        return self._after_step(session, await self.batcher.run(session, op))
+        async with session.lock:
+            op = self._step_op(session, action, policy)
+            return self._after_step(session, await self.batcher.run(session, op))
 
     def reset_now(self, session: Session, seed: int | None = None, episode: int = 0,
                   episode_id: str | None = None) -> StepResult:

@@ -63,6 +63,8 @@ class Session:
       cumulative_reward: sum of the episode's rewards.
       log: one grader record per interval (`routes.IntervalRecord` fields).
       last_used: time.monotonic() of the last request.
+      lock: held while an operation of the session runs (two requests on one session at once
+        run one after the other, each seeing the other's result).
     """
 
     id: str
@@ -80,6 +82,7 @@ class Session:
     cumulative_reward: float = 0.0
     log: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     last_used: float = dataclasses.field(default_factory=time.monotonic)
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
 
 
 class SessionStore:
