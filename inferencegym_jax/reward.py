@@ -28,6 +28,11 @@ from inferencegym_jax.actions import ServingAction
 Array = Any
 
 
+# The reward's terms, in the order of RewardParams.weights (alpha .. epsilon); `reward` returns
+# its components under these names.
+COMPONENTS = ("throughput", "latency", "violations", "cost", "stability")
+
+
 @struct.dataclass
 class RewardParams:
     """Reward weights and references.

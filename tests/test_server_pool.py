@@ -11,6 +11,7 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, graders
+from inferencegym_jax import reward as reward_module
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.server import pool as pool_module
 from inferencegym_jax.server.core import log_record
@@ -105,6 +106,7 @@ def test_knob_values_step_like_a_serving_action_and_masked_knobs_are_reported(se
     assert [k for k, c in zip(KNOBS, row["clipped"]) if c] == ["spec_length", "prefill_disagg", "quant_tier"]
     np.testing.assert_allclose(row["applied"], np.asarray(info["applied_action"].as_vector()))
     np.testing.assert_allclose(row["reward"], float(reward), rtol=RTOL, atol=ATOL)
+    assert set(row["reward_components"]) == set(info["reward_components"]) == set(reward_module.COMPONENTS)
     pool.release(slot)
 
 

@@ -29,14 +29,12 @@ from fastapi import APIRouter, HTTPException, Query, Response
 from fastapi.responses import HTMLResponse
 
 from inferencegym_jax import observation as observation_module
+from inferencegym_jax import reward
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.server import schemas
 from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
 from inferencegym_jax.server.openenv_env import http_errors, state_of
 from inferencegym_jax.server.sessions import Session, SessionGone, SessionNotFound
-
-# The names of reward.RewardParams.weights, in order (reward.py's docstring).
-REWARD_TERMS = ("alpha_throughput", "beta_latency", "gamma_slo_violations", "delta_cost", "epsilon_knob_changes")
 
 
 def session_body(session: Session, result: StepResult | None = None) -> dict[str, Any]:
@@ -154,9 +152,10 @@ def info_body(core: ServerCore) -> dict[str, Any]:
         "metrics_doc": (IntervalMetrics.__doc__ or "").strip(),
         "reward": {
             "range": [-1.0, 1.0],
-            "weights": {task_id: dict(zip(REWARD_TERMS, np.asarray(pool.params.reward.weights).tolist()))
+            "weights": {task_id: dict(zip(reward.COMPONENTS, np.asarray(pool.params.reward.weights).tolist()))
                         for task_id, pool in core.pools.items()},
-            "doc": "R = alpha T - beta L - gamma V - delta C - epsilon S per interval, clipped to [-1, 1] (reward.py)",
+            "doc": "R = alpha throughput - beta latency - gamma violations - delta cost - epsilon stability per "
+                   "interval, clipped to [-1, 1]; weights by term (reward.py)",
         },
         "grader_record_schema": schemas.IntervalRecord.model_json_schema(),
         "limits": {"max_sessions": core.store.max_sessions, "max_log_intervals": schemas.MAX_LOG_INTERVALS,
