@@ -1,0 +1,69 @@
+"""How much control pays on each task: the clairvoyant MPC (oracle bound) and the causal MPC
+against the exhaustive best static configuration, paired on the same held-out episodes.
+
+    python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4
+    python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
+
+Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). Every policy
+plays episodes 0..N-1 of evaluate.evaluation_key(seed), so differences are paired; the 95 %
+interval is the normal one of the per-episode differences (evaluate.confidence_interval_95).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import inferencegym_jax as ig
+from inferencegym_jax import baselines, evaluate, mpc
+
+
+def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int) -> list[dict]:
+    env, params = ig.make(task_id)
+    key = evaluate.evaluation_key(seed)
+    static = evaluate.evaluate(env, params, baselines.best_static_policy(task_id), key, episodes, task_id).scores
+    rows = [{"task": task_id, "policy": "best_static", "score": float(np.mean(static)),
+             "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0}]
+    for name, clairvoyant in (("mpc_oracle (oracle bound)", True), ("mpc (causal)", False)):
+        t0 = time.perf_counter()
+        traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
+                                    samples=samples)
+        scores = evaluate.grade_trajectory(traj, params, task_id).scores
+        rows.append({"task": task_id, "policy": name, "score": float(np.mean(scores)),
+                     "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
+                     "gain_ci95": evaluate.confidence_interval_95(scores - static),
+                     "seconds": time.perf_counter() - t0})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", type=int, action="append", help="task numbers (default 1-4)")
+    parser.add_argument("--episodes", type=int, default=64)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--horizon", type=int, default=10, help="[intervals] each rollout looks ahead")
+    parser.add_argument("--samples", type=int, default=4, help="futures the causal MPC averages over")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    rows = []
+    for number in args.task or [1, 2, 3, 4]:
+        rows += task_rows(f"InferenceGym-Task{number}-v0", args.episodes, args.seed, args.horizon, args.samples)
+        for row in rows[-3:]:
+            print(json.dumps(row), flush=True)
+    print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
+          f"{args.samples} sampled futures for the causal MPC\n")
+    print("| task | policy | score | gain over best_static (95% CI, paired) | wall s |\n|---|---|---:|---:|---:|")
+    for r in rows:
+        gain = "" if r["policy"] == "best_static" else f"{r['gain']:+.3f} ± {r['gain_ci95']:.3f}"
+        print(f"| {r['task']} | {r['policy']} | {r['score']:.3f} ± {r['ci95']:.3f} | {gain} | {r['seconds']:.0f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon,
+                                               "samples": args.samples, "rows": rows}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

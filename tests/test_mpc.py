@@ -1,0 +1,72 @@
+"""The model-predictive controllers: with one candidate they are that fixed configuration on the
+same episodes, the oracle sees the episode's own future and the causal one does not, and both are
+reproducible."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import inferencegym_jax as ig
+from inferencegym_jax import baselines, evaluate, mpc
+
+TASK = "InferenceGym-Task2-v0"
+STEPS, HORIZON = 12, 3
+
+
+@pytest.fixture(scope="module")
+def task():
+    return ig.make(TASK)
+
+
+def test_candidates_are_the_best_static_neighbourhood(task):
+    env, params = task
+    cands = mpc.candidate_actions(env, params, TASK)
+    best = np.asarray(baselines.best_static_policy(TASK)(None, None, params))
+    assert np.array_equal(cands[0], best) and len(np.unique(cands, axis=0)) == len(cands)
+    nvec = env.action_space(params).nvec
+    assert np.all(cands < nvec) and np.all(cands >= 0)
+    # every candidate but the vLLM default is the best static configuration with one knob changed
+    far = sum(int(np.sum(c != best) > 1) for c in cands)
+    assert far <= 1 and len(cands) == 1 + sum(int(n) - 1 for n in nvec) + far
+
+
+def test_one_candidate_is_that_fixed_configuration_on_the_same_episodes(task):
+    env, params = task
+    best = mpc.candidate_actions(env, params, TASK)[:1]
+    key = evaluate.evaluation_key(2)
+    for clairvoyant in (True, False):
+        traj = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=clairvoyant, horizon=HORIZON, samples=2,
+                                    candidates=best, num_steps=STEPS)
+        fixed = evaluate.run_episodes(env, params, baselines.fixed_policy(best[0]), key, 8, num_steps=STEPS)
+        np.testing.assert_allclose(np.asarray(traj.reward), np.asarray(fixed.reward), rtol=2e-5, atol=1e-6)
+        np.testing.assert_array_equal(np.asarray(traj.action.batch_size), np.asarray(fixed.action.batch_size))
+
+
+def test_the_oracle_plans_on_the_episodes_future_and_the_causal_mpc_does_not():
+    _, k_env, k_plan = jax.random.split(jax.random.key(5), 3)
+    steps = jax.random.key_data(jax.vmap(lambda t: jax.random.fold_in(k_env, t))(np.arange(40)))  # the episode's
+    for t in (0, 7, 30):
+        oracle = jax.random.key_data(mpc.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=True))
+        np.testing.assert_array_equal(oracle[0], steps[t:t + HORIZON])
+        causal = jax.random.key_data(mpc.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=False))
+        assert causal.shape[:2] == (4, HORIZON)
+        flat = {tuple(k) for k in causal.reshape(-1, causal.shape[-1]).tolist()}
+        assert len(flat) == 4 * HORIZON and not flat & {tuple(k) for k in steps.tolist()}
+
+
+def test_controllers_are_reproducible_and_the_oracle_beats_a_fixed_bad_configuration(task):
+    env, params = task
+    key = evaluate.evaluation_key(4)
+    cands = mpc.candidate_actions(env, params, TASK)
+    bad = cands[[i for i, c in enumerate(cands) if c[2] == 0][0]]  # batch size 1
+    a = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
+                             candidates=np.stack([bad, cands[0]]))
+    b = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
+                             candidates=np.stack([bad, cands[0]]))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
+    fixed_bad = evaluate.run_episodes(env, params, baselines.fixed_policy(bad), key, 8, num_steps=STEPS)
+    assert float(np.mean(a.reward)) > float(np.mean(fixed_bad.reward))
+    with pytest.raises(ValueError, match="horizon=0"):
+        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=0)
