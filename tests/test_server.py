@@ -372,3 +372,31 @@ def test_concurrent_requests_on_one_session_run_one_after_another(server, http):
     log = http.get(f"/sessions/{sid}/log").json()["intervals"]
     assert len(log) == 12
     http.delete(f"/sessions/{sid}")
+
+
+def test_the_asgi_module_openenv_yaml_names_serves_under_plain_uvicorn():
+    """openenv.yaml's `app:` is inferencegym_jax.server.asgi:app; uvicorn runs it as is."""
+    manifest = (ROOT / "openenv.yaml").read_text()
+    assert "app: inferencegym_jax.server.asgi:app" in manifest and "range: [-1.0, 1.0]" in manifest
+    port = _free_port()
+    env = {**os.environ, "INFERENCEGYM_SERVE_TASKS": "1", "INFERENCEGYM_SERVE_MAX_SESSIONS": "8"}
+    command = [sys.executable, "-m", "uvicorn", "inferencegym_jax.server.asgi:app", "--host", "127.0.0.1",
+               "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while True:
+            assert proc.poll() is None, proc.stderr.read()[-3000:]
+            try:
+                tasks = httpx.get(f"http://127.0.0.1:{port}/tasks", timeout=2)
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "uvicorn did not serve the asgi app within 600 s"
+                time.sleep(0.5)
+        assert tasks.json()["max_sessions"] == 8 and [t["id"] for t in tasks.json()["tasks"]] == [TASK]
+        with GenericEnvClient(base_url=f"http://127.0.0.1:{port}").sync() as client:
+            client.reset(seed=1)
+            assert client.step({"policy": "heuristic"}).observation["step_count"] == 1
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
