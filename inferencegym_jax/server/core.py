@@ -69,7 +69,7 @@ class StepResult:
 
 
 def log_record(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The grader's record of one interval (routes.IntervalRecord's fields) from a pool row."""
+    """The grader's record of one interval (schemas.IntervalRecord's fields) from a pool row."""
     return {
         "metrics": {name: row["metrics"][name] for name in graders.METRIC_FIELDS},
         "action": dict(zip(KNOBS, row["applied"])),

@@ -61,7 +61,7 @@ class Session:
       step_count: [intervals] stepped in this episode; horizon: [intervals] per episode.
       done: the episode reached its horizon.
       cumulative_reward: sum of the episode's rewards.
-      log: one grader record per interval (`routes.IntervalRecord` fields).
+      log: one grader record per interval (`schemas.IntervalRecord` fields).
       last_used: time.monotonic() of the last request.
       lock: held while an operation of the session runs (two requests on one session at once
         run one after the other, each seeing the other's result).
