@@ -80,6 +80,19 @@ def stream_episode_keys(root: jax.Array, episode: Any) -> tuple[jax.Array, jax.A
     return k_reset, k_env, k_policy
 
 
+def interval_record(reward: jax.Array, info: dict[str, Any]) -> Trajectory:
+    """One interval's Trajectory entry (no time axis) from a step's reward and info."""
+    return Trajectory(
+        reward=reward,
+        reward_components=info["reward_components"],
+        metrics=info["metrics"],
+        action=info["applied_action"],
+        clipped=info["clipped"],
+        offered_tokens=jnp.sum(info["arrivals"].output_tokens),
+        valid=jnp.ones((), bool),
+    )
+
+
 def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: jax.Array, num_steps: int) -> Trajectory:
     """One episode of `num_steps` intervals from a reset with `key` (no auto-reset inside)."""
     k_reset, k_env, k_policy = jax.random.split(key, 3)
@@ -89,16 +102,7 @@ def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: ja
         obs, state = carry
         action = policy(jax.random.fold_in(k_policy, t), obs, params)
         obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        out = Trajectory(
-            reward=reward,
-            reward_components=info["reward_components"],
-            metrics=info["metrics"],
-            action=info["applied_action"],
-            clipped=info["clipped"],
-            offered_tokens=jnp.sum(info["arrivals"].output_tokens),
-            valid=jnp.ones((), bool),
-        )
-        return (obs, state), out
+        return (obs, state), interval_record(reward, info)
 
     _, traj = jax.lax.scan(body, (obs, state), jnp.arange(num_steps))
     return traj

@@ -43,7 +43,7 @@ import numpy as np
 from inferencegym_jax import graders
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
-from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys
+from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
 
 
 def candidate_actions(env: InferenceGymEnv, params: EnvParams, task_id: str) -> np.ndarray:
@@ -106,16 +106,7 @@ def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
         scores = jax.vmap(lambda a: jnp.mean(jax.vmap(lambda keys: score(a, keys))(futures)))(candidates)
         action = candidates[jnp.argmax(scores)]
         _, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        out = Trajectory(
-            reward=reward,
-            reward_components=info["reward_components"],
-            metrics=info["metrics"],
-            action=info["applied_action"],
-            clipped=info["clipped"],
-            offered_tokens=jnp.sum(info["arrivals"].output_tokens),
-            valid=jnp.ones((), bool),
-        )
-        return state, out
+        return state, interval_record(reward, info)
 
     _, traj = jax.lax.scan(body, state, jnp.arange(num_steps))
     return traj
