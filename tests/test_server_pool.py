@@ -184,3 +184,21 @@ def test_a_checkpoints_policy_steps_sessions_as_evaluate_runs_it(tmp_path):
         checkpoint_policy(str(tmp_path), "InferenceGym-Task2-v0", ig.make("InferenceGym-Task2-v0")[1])
     with pytest.raises(ValueError, match="other env params"):
         checkpoint_policy(str(tmp_path), TASK, params.replace(max_steps_in_episode=jnp.int32(50)))
+
+
+def test_the_core_refuses_bad_knob_values_from_python_callers(served):
+    """Requests are validated by their schemas; the core checks again for direct callers
+    (validation.check_action, the env's own check)."""
+    from inferencegym_jax.server.core import ServerCore
+    from inferencegym_jax.server.sessions import Session
+
+    _, _, _, pool = served
+    core = ServerCore.__new__(ServerCore)  # only the session logic: no second pool
+    core.pools = {TASK: pool}
+    session = Session(id="s", task_id=TASK, slot=0, pinned=False, started=True)
+    for action, where in (({"batch_size": 1000}, "batch_size"), ({"kv_budget": float("nan")}, "kv_budget"),
+                          ({"kv_budget": "0.5"}, "kv_budget"), ({"batch_sise": 4}, "batch_sise")):
+        with pytest.raises(ValueError, match=where):
+            core._step_op(session, action, None)
+    op = core._step_op(session, {"batch_size": 64}, None)
+    np.testing.assert_array_equal(op["action"], [1.0, 0, 64, 0, 0])  # task 1's defaults elsewhere

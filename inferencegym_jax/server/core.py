@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import baselines, evaluate, graders, sampling, tasks
-from inferencegym_jax.actions import KNOB_RANGES, KNOBS
+from inferencegym_jax import baselines, evaluate, graders, sampling, tasks, validation
+from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.evaluate import Policy
 from inferencegym_jax.server.pool import GIVEN_ACTION, TaskPool
 from inferencegym_jax.server.sessions import Batcher, EpisodeDone, Session, SessionStore
@@ -190,19 +190,13 @@ class ServerCore:
             if action:
                 raise ValueError(f"give either knob values or policy={policy!r}, not both")
             return {"slot": session.slot, "policy": pool.policy_index(policy)}
-        default = np.asarray(pool.params.default_action.as_vector(), np.float32)
-        values = default.copy()
         unknown = sorted(set(action) - set(KNOBS))
         if unknown:
             raise ValueError(f"action: unknown knobs {unknown}; knobs are {list(KNOBS)}")
-        for i, knob in enumerate(KNOBS):
-            value = action.get(knob)
-            if value is not None:
-                lo, hi = KNOB_RANGES[i]
-                if not (isinstance(value, (int, float)) and math.isfinite(value) and lo <= value <= hi):
-                    raise ValueError(f"action.{knob}={value!r}: must be a number in [{lo:g}, {hi:g}]")
-                values[i] = value
-        return {"slot": session.slot, "policy": GIVEN_ACTION, "action": values}
+        default = np.asarray(pool.params.default_action.as_vector(), np.float32).tolist()
+        values = [action.get(knob, value) for knob, value in zip(KNOBS, default)]
+        validation.check_action(ServingAction(*values))  # the env's own check: type and range, NaN refused
+        return {"slot": session.slot, "policy": GIVEN_ACTION, "action": np.asarray(values, np.float32)}
 
     def _after_step(self, session: Session, row: Mapping[str, Any]) -> StepResult:
         session.step_count += 1

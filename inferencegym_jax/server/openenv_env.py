@@ -22,7 +22,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from inferencegym_jax.server.core import ServerCore, StepResult
 from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
-from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone
+from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone, SessionNotFound
 
 ENV_NAME = "inferencegym"
 
@@ -55,15 +55,17 @@ def state_of(session: Session | None) -> ServingState:
 def http_errors() -> Iterator[None]:
     """The core's errors as HTTP errors (OpenEnv's stateless routes answer them as such; over
     /ws the message reaches the client as an error message): bad values 422, a finished
-    episode 409, a closed session 410, no free slot 503."""
+    episode 409, an unknown session 404, an evicted or closed one 410, no free slot 503."""
     try:
         yield
     except ValueError as err:
         raise HTTPException(422, str(err)) from None
     except EpisodeDone as err:
         raise HTTPException(409, str(err)) from None
-    except SessionGone as err:
+    except SessionGone as err:  # before SessionNotFound: both are KeyErrors (args[0]: no quotes)
         raise HTTPException(410, str(err.args[0])) from None
+    except SessionNotFound as err:
+        raise HTTPException(404, str(err.args[0])) from None
     except CapacityError as err:
         raise HTTPException(503, str(err)) from None
 

@@ -25,7 +25,7 @@ from importlib import resources
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, HTTPException, Query, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import HTMLResponse
 
 from inferencegym_jax import observation as observation_module
@@ -34,7 +34,7 @@ from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.server import schemas
 from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
 from inferencegym_jax.server.openenv_env import http_errors, state_of
-from inferencegym_jax.server.sessions import Session, SessionGone, SessionNotFound
+from inferencegym_jax.server.sessions import Session
 
 
 def session_body(session: Session, result: StepResult | None = None) -> dict[str, Any]:
@@ -50,12 +50,8 @@ def build_router(core: ServerCore) -> APIRouter:
     router = APIRouter()
 
     def find(session_id: str) -> Session:
-        try:
+        with http_errors():
             return core.store.get(session_id)
-        except SessionGone as err:
-            raise HTTPException(410, err.args[0]) from None
-        except SessionNotFound as err:
-            raise HTTPException(404, err.args[0]) from None
 
     @router.post("/sessions", status_code=201, tags=["Sessions"])
     async def create_session(body: schemas.CreateSession) -> dict[str, Any]:
