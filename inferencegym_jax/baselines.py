@@ -131,8 +131,9 @@ class HeuristicPolicy:
         batches = jnp.asarray(BATCH_SIZES, jnp.float32)
         b = jnp.argmin(jnp.abs(batches - batch_now))
         backlog = (obs.queue_depth > 1.0) | (obs.ttft_p99_s > TTFT_HIGH * slo_ref)
-        grow = backlog & (obs.tpot_p50_s < TPOT_ROOM * s.tpot_slo_s)
-        shrink = obs.tpot_p50_s > TPOT_HIGH * s.tpot_slo_s
+        tpot_slo = jnp.min(s.tpot_slo_s)  # the tightest class's
+        grow = backlog & (obs.tpot_p50_s < TPOT_ROOM * tpot_slo)
+        shrink = obs.tpot_p50_s > TPOT_HIGH * tpot_slo
         b = jnp.clip(b + jnp.where(shrink, -1, jnp.where(grow, 1, 0)), 0, len(BATCH_SIZES) - 1)
         batch = jnp.where(active[2], batches[b], default.batch_size)
 

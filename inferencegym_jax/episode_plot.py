@@ -136,14 +136,15 @@ def episode_limits(params: EnvParams) -> dict[str, Any]:
     """What the series are drawn against (host floats).
 
     Returns ttft_slo_s: {class name: [s]} for the classes with traffic (class_mix > 0);
-    tpot_slo_ms [ms]; memory_limit_gb [GB]; dt_s [s]; active_knobs, the names of the knobs the
+    tpot_slo_ms: {class name: [ms]}, the same classes; memory_limit_gb [GB]; dt_s [s]; active_knobs, the names of the knobs the
     task lets the policy set.
     """
     mix = np.asarray(params.workload.class_mix)
     slos = np.asarray(params.server.ttft_slo_s)
     return {
         "ttft_slo_s": {CLASS_NAMES[c]: float(slos[c]) for c in range(len(slos)) if mix[c] > 0},
-        "tpot_slo_ms": 1e3 * float(params.server.tpot_slo_s),
+        "tpot_slo_ms": {CLASS_NAMES[c]: 1e3 * float(np.asarray(params.server.tpot_slo_s)[c])
+                        for c in range(len(slos)) if mix[c] > 0},
         "memory_limit_gb": float(params.server.memory_limit_bytes) / 1e9,
         "dt_s": float(params.server.dt_s),
         "active_knobs": [name for name, on in zip(KNOBS, params.active_knobs) if on],
@@ -218,10 +219,16 @@ def _draw_ttft(ax: Any, s: dict[str, np.ndarray], limits: dict[str, Any]) -> Non
 
 
 def _draw_tpot(ax: Any, s: dict[str, np.ndarray], limits: dict[str, Any]) -> None:
+    """TPOT, each traffic class's SLO as a dashed line (one line where the classes share it)."""
     _step(ax, s["time_s"], s["tpot_ms"], color="tab:green", label="TPOT")
-    ax.axhline(limits["tpot_slo_ms"], color="k", ls="--", lw=0.9, label=f"SLO ({limits['tpot_slo_ms']:g} ms)")
+    slos: dict[float, list[str]] = {}
+    for name, slo in limits["tpot_slo_ms"].items():
+        slos.setdefault(slo, []).append(name)
+    for (slo, names), style in zip(slos.items(), ("--", "-.", ":")):
+        who = "" if len(slos) == 1 else f"{', '.join(names)} "
+        ax.axhline(slo, color="k", ls=style, lw=0.9, label=f"SLO {who}({slo:g} ms)")
     ax.set_ylabel("TPOT [ms]")
-    ax.set_ylim(0, max(float(np.percentile(s["tpot_ms"], 99)), limits["tpot_slo_ms"]) * 1.25)
+    ax.set_ylim(0, max([float(np.percentile(s["tpot_ms"], 99)), *slos]) * 1.25)
     _legend(ax)
 
 

@@ -6,7 +6,7 @@ observation spaces, `flatten` and `OBS_SIZE` all follow from these declarations,
 field is one line here.
 
 Normalisation scales come from the task (`Scales`): TTFT against TTFT_SLOS times the
-mix-weighted SLO, TPOT against TTFT_SLOS times its SLO, the arrival rate against the peak
+mix-weighted SLO, TPOT against TTFT_SLOS times the tightest class's SLO, the arrival rate against the peak
 scheduled rate, memory against the limit, cost against the most the episode could cost (two
 GPUs all the time).
 """
@@ -43,7 +43,7 @@ class Scales:
 
     Attributes:
       ttft_slo_s: [s] class-mix-weighted TTFT SLO.
-      tpot_slo_s: [s] TPOT SLO.
+      tpot_slo_s: [s] the tightest class's TPOT SLO.
       peak_rate: [req/s] mean scheduled rate plus one burst's extra rate.
       memory_limit_bytes: [B] the task's memory limit.
       horizon: [intervals] episode length.
@@ -64,7 +64,7 @@ def scales(params: Any) -> Scales:
     horizon = params.max_steps_in_episode.astype(jnp.float32)
     return Scales(
         ttft_slo_s=jnp.sum(wl.class_mix * s.ttft_slo_s),
-        tpot_slo_s=s.tpot_slo_s,
+        tpot_slo_s=jnp.min(s.tpot_slo_s),
         peak_rate=workload.mean_rate(wl) + wl.base_rate * (wl.burst_multiplier - 1.0),
         memory_limit_bytes=s.memory_limit_bytes,
         horizon=horizon,

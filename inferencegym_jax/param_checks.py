@@ -57,9 +57,10 @@ def _leaf_specs() -> dict[str, tuple[Spec, tuple[int, ...]]]:
     # A replayed trace has no base rate (0 is its inert value).
     out["workload.base_rate"] = (Spec("number", "mean arrival rate", "req/s", 0, 1e4), ())
     out["workload.class_mix"] = (_spec(WorkloadConfig, "class_mix"), (NUM_CLASSES,))
+    out["workload.burst_class_mix"] = (_spec(WorkloadConfig, "burst_class_mix"), (NUM_CLASSES,))
     for name in _BURST_FIELDS:
         out[f"workload.{name}"] = (_spec(WorkloadConfig, name), ())
-    for dist in ("prompt", "output"):
+    for dist in ("prompt", "output", "burst_prompt"):
         out[f"workload.{dist}.kind"] = (Spec("integer", "length kind", "", 0, len(LENGTH_KINDS) - 1), (NUM_CLASSES,))
         for name in _LENGTH_FIELDS:
             out[f"workload.{dist}.{name}"] = (_spec(LengthConfig, name), (NUM_CLASSES,))
@@ -131,9 +132,11 @@ def _check_trace(trace: Any) -> None:
 
 def _check_across_leaves(params: Any) -> None:
     wl = params.workload
-    if abs(float(np.sum(np.asarray(wl.class_mix))) - 1.0) > 1e-4:
-        raise ValueError(f"params.workload.class_mix={np.asarray(wl.class_mix).tolist()}: must sum to 1")
-    for dist in ("prompt", "output"):
+    for name in ("class_mix", "burst_class_mix"):
+        mix = np.asarray(getattr(wl, name))
+        if abs(float(np.sum(mix)) - 1.0) > 1e-4:
+            raise ValueError(f"params.workload.{name}={mix.tolist()}: must sum to 1")
+    for dist in ("prompt", "output", "burst_prompt"):
         d = getattr(wl, dist)
         if np.any(np.asarray(d.low) > np.asarray(d.high)):
             raise ValueError(f"params.workload.{dist}.low must be <= params.workload.{dist}.high")
@@ -146,6 +149,8 @@ def _check_across_leaves(params: Any) -> None:
         raise ValueError(f"params.active_knobs={knobs!r}: must be a tuple of {len(KNOBS)} bools ({KNOBS})")
     buckets = params.server.num_age_buckets
     validation.check_value("params.server.num_age_buckets", buckets, _spec(ServerConfig, "num_age_buckets"))
+    validation.check_value("params.server.slo_accounting", params.server.slo_accounting,
+                           _spec(ServerConfig, "slo_accounting"))
 
 
 def check_params(params: Any) -> None:

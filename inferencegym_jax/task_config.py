@@ -19,6 +19,7 @@ import dataclasses
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
+from inferencegym_jax.serving.types import SLO_ACCOUNTINGS
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 
@@ -77,7 +78,9 @@ class ServerConfig:
     num_age_buckets: int = integer("intervals", 2, 1024, "queue ages tracked; also the client timeout")
     ttft_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, HOUR_S,
                                            "time-to-first-token SLO per priority class")
-    tpot_slo_s: float = number("s", MIN_SLO_S, 10, "time-per-output-token SLO")
+    tpot_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, 10, "time-per-output-token SLO per priority class")
+    slo_accounting: str = choice(SLO_ACCOUNTINGS, "when requests are judged against their SLOs: at admission (v0) "
+                                                  "or at completion, DistServe goodput (inferencegym_jax.serving.goodput)")
     memory_limit_gb: float = number("GB", MIN_MEMORY_GB, 1000, "memory above which the engine runs out of memory")
     max_batched_tokens: float = number("tokens", 1, MAX_TOKENS * 8, "tokens per engine step with chunked prefill")
     kv_watermark: float = number("", 0, 0.5, "fraction of KV blocks kept free at admission")
@@ -98,10 +101,13 @@ class WorkloadConfig:
     burst_duration_s: float | None = number("s", MIN_INTERVAL_S, 1e6,
                                             "burst length (periodic) or mean burst length (mmpp)", optional=True)
     burst_gap_s: float | None = number("s", MIN_INTERVAL_S, 1e6, "mean time between mmpp bursts", optional=True)
+    burst_class_mix: tuple[float, ...] | None = vector("", NUM_CLASSES, 0, 1, "fraction of requests per class during "
+                                                       "a burst (default: class_mix)", optional=True)
     trace: str | None = text("trace per class, 'class0,class1,class2' (inferencegym_jax.traces)", optional=True)
     trace_keep_one_in: int | None = integer("", 1, 10**6, "keep every n-th request of the trace", optional=True)
     prompt: LengthConfig | None = None
     output: LengthConfig | None = None
+    burst_prompt: LengthConfig | None = None  # prompt lengths of requests arriving in a burst (default: prompt)
 
     REQUIRED = {
         "constant": ("base_rate", "prompt", "output"),
@@ -112,10 +118,16 @@ class WorkloadConfig:
     OPTIONAL = ("base_rate", "burst_multiplier", "burst_period_s", "burst_duration_s", "burst_gap_s", "trace",
                 "trace_keep_one_in", "prompt", "output")
 
+    BURST_REGIME = ("burst_class_mix", "burst_prompt")  # optional for the burst schedules, unused by the others
+
     def check(self, path: str) -> None:
-        if abs(sum(self.class_mix) - 1.0) > 1e-4:
-            raise ValueError(f"config key {path}class_mix={list(self.class_mix)}: must sum to 1")
+        for name in ("class_mix", "burst_class_mix"):
+            mix = getattr(self, name)
+            if mix is not None and abs(sum(mix) - 1.0) > 1e-4:
+                raise ValueError(f"config key {path}{name}={list(mix)}: must sum to 1")
         _require(path, f"{path}schedule", self.schedule, self, self.REQUIRED[self.schedule], self.OPTIONAL)
+        if self.schedule not in ("periodic", "mmpp"):
+            _require(path, f"{path}schedule", self.schedule, self, self.REQUIRED[self.schedule], self.BURST_REGIME)
 
 
 @dataclasses.dataclass(frozen=True)

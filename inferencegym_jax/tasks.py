@@ -120,8 +120,10 @@ def _workload(cfg: WorkloadConfig) -> workload.WorkloadParams:
         base_rate=f32(cfg.base_rate or 0.0),
         class_mix=f32(cfg.class_mix),
         **{k: f32(v) for k, v in bursts.items()},
+        burst_class_mix=f32(cfg.burst_class_mix or cfg.class_mix),
         prompt=_lengths(cfg.prompt or _UNUSED_LENGTHS),
         output=_lengths(cfg.output or _UNUSED_LENGTHS),
+        burst_prompt=_lengths(cfg.burst_prompt or cfg.prompt or _UNUSED_LENGTHS),
         trace=trace,
         schedule=cfg.schedule,
     )
@@ -145,6 +147,7 @@ def build_params(cfg: TaskConfig) -> EnvParams:
         restart_s=f32(s.restart_s),
         prefill_start_s=f32(s.prefill_start_s),
         num_age_buckets=s.num_age_buckets,
+        slo_accounting=s.slo_accounting,
     )
     wl = _workload(cfg.workload)
     _, mean_output = workload.mean_lengths(wl)

@@ -81,9 +81,10 @@ def integer(unit: str, low: int, high: int, doc: str, *, optional: bool = False)
     return _field(Spec("integer", doc, unit, low, high, optional=optional))
 
 
-def vector(unit: str, length: int, low: float, high: float, doc: str, *, low_open: bool = False) -> Any:
+def vector(unit: str, length: int, low: float, high: float, doc: str, *, low_open: bool = False,
+           optional: bool = False) -> Any:
     """A list of `length` finite reals, each in [low, high]."""
-    return _field(Spec("vector", doc, unit, low, high, low_open, length=length))
+    return _field(Spec("vector", doc, unit, low, high, low_open, length=length, optional=optional))
 
 
 def choice(options: Sequence[str], doc: str, *, optional: bool = False) -> Any:

@@ -14,6 +14,9 @@ Arrival schedules (`schedule`, static):
   "constant": rate = base_rate.
   "periodic": rate = base_rate * burst_multiplier for burst_duration_s of every
     burst_period_s, else base_rate; the phase is drawn at reset.
+  A burst of either schedule can be a traffic regime of its own: its requests split over the
+  classes by `burst_class_mix` and draw their prompts from `burst_prompt` (a document tenant's
+  batch job among chat traffic, say); both equal the base traffic's by default.
   "mmpp": a two-state Markov-modulated Poisson process: bursts at burst_multiplier * base_rate
     start with probability dt / burst_gap_s per interval and end with probability
     dt / burst_duration_s (mean gap and mean burst length in seconds).
@@ -134,8 +137,10 @@ class WorkloadParams:
       burst_period_s: float32 [s], period of "periodic" bursts.
       burst_duration_s: float32 [s], burst length ("periodic") or mean burst length ("mmpp").
       burst_gap_s: float32 [s], mean time between "mmpp" bursts.
+      burst_class_mix: float32 (3,), fraction of the requests in each class during a burst.
       prompt: LengthDist of prompt lengths [tokens].
       output: LengthDist of output lengths [tokens].
+      burst_prompt: LengthDist of the prompt lengths of requests arriving during a burst.
       trace: Trace for "trace" replay, else None.
       schedule: static str, one of SCHEDULES.
     """
@@ -146,8 +151,10 @@ class WorkloadParams:
     burst_period_s: Array
     burst_duration_s: Array
     burst_gap_s: Array
+    burst_class_mix: Array
     prompt: LengthDist
     output: LengthDist
+    burst_prompt: LengthDist
     trace: Trace | None = None
     schedule: str = struct.field(pytree_node=False, default="constant")
 
@@ -307,7 +314,7 @@ def draws_from_uniforms(
     u_count = u[:NUM_CLASSES]
     count = sampling.poisson_quantile(u_count, lam_off, sampling.poisson_cdf(lam_off))
     if params.schedule in ("periodic", "mmpp"):
-        lam_on = lam_off * params.burst_multiplier
+        lam_on = params.base_rate * dt_s * params.burst_class_mix * params.burst_multiplier
         on = _burst_on(state, t_s, params)
         count = jnp.where(on, sampling.poisson_quantile(u_count, lam_on, sampling.poisson_cdf(lam_on)), count)
     return Draws(count=count, z_prompt=z[:NUM_CLASSES], z_output=z[NUM_CLASSES:], u_burst=u[NUM_CLASSES])
@@ -326,7 +333,11 @@ def advance(
         return state, _trace_arrivals(state, t_s, dt_s, params)
     rate = arrival_rate(state, t_s, params)
     count = draws.count
-    prompt, prompt_sq = _sum_of_lengths(draws.z_prompt, count, params.prompt)
+    prompt_dist = params.prompt
+    if params.schedule in ("periodic", "mmpp"):
+        on = _burst_on(state, t_s, params)
+        prompt_dist = jax.tree_util.tree_map(lambda b, p: jnp.where(on, b, p), params.burst_prompt, params.prompt)
+    prompt, prompt_sq = _sum_of_lengths(draws.z_prompt, count, prompt_dist)
     output, _ = _sum_of_lengths(draws.z_output, count, params.output)
     arrivals = Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate)
     if params.schedule == "mmpp":
@@ -368,26 +379,42 @@ def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: Workl
     return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s)
 
 
+def _burst_time_fraction(params: WorkloadParams) -> Array:
+    """Long-run fraction of time in a burst ("periodic" or "mmpp"; 0 otherwise)."""
+    if params.schedule == "periodic":
+        return jnp.minimum(params.burst_duration_s / params.burst_period_s, 1.0)
+    if params.schedule == "mmpp":
+        return params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
+    return jnp.float32(0.0)
+
+
 def mean_rate(params: WorkloadParams) -> Array:
     """Long-run mean arrival rate [req/s] of the schedule (trace: requests / duration)."""
-    if params.schedule == "periodic":
-        frac = jnp.minimum(params.burst_duration_s / params.burst_period_s, 1.0)
-    elif params.schedule == "mmpp":
-        frac = params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
-    elif params.schedule == "trace":
+    if params.schedule == "trace":
         n = jnp.sum(jnp.isfinite(params.trace.arrival_s[:, 1:]), axis=1)
         return jnp.sum(n / params.trace.duration_s)
-    else:
-        frac = 0.0
+    frac = _burst_time_fraction(params) if params.schedule in ("periodic", "mmpp") else 0.0
     return params.base_rate * (1.0 + frac * (params.burst_multiplier - 1.0))
 
 
 def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
-    """Mix-weighted mean prompt and output lengths [tokens] (trace: over the whole trace)."""
+    """Mean prompt and output lengths [tokens] per request: mix-weighted, over the base and the
+    burst regimes in proportion to the requests each brings (trace: over the whole trace)."""
     if params.schedule == "trace":
         tr = params.trace
         n = jnp.sum(jnp.isfinite(tr.arrival_s[:, 1:]), axis=1)
         total = jnp.maximum(jnp.sum(n), 1)
         return jnp.sum(jnp.max(tr.prompt_cumsum, axis=1)) / total, jnp.sum(jnp.max(tr.output_cumsum, axis=1)) / total
     mix = params.class_mix
-    return jnp.sum(mix * length_moments(params.prompt)[0]), jnp.sum(mix * length_moments(params.output)[0])
+    base = jnp.sum(mix * length_moments(params.prompt)[0]), jnp.sum(mix * length_moments(params.output)[0])
+    if params.schedule not in ("periodic", "mmpp"):
+        return base
+    bmix = params.burst_class_mix
+    burst = jnp.sum(bmix * length_moments(params.burst_prompt)[0]), jnp.sum(bmix * length_moments(params.output)[0])
+    # Share of the requests that arrive in bursts: burst time fraction x its rate factor.
+    on = _burst_time_fraction(params) * params.burst_multiplier
+    share = on / (on + 1.0 - _burst_time_fraction(params))
+    same = jnp.all(bmix == mix) & jax.tree_util.tree_reduce(
+        jnp.logical_and, jax.tree_util.tree_map(lambda a, b: jnp.all(a == b), params.burst_prompt, params.prompt))
+    # A burst like the base traffic leaves the means as they are, to the bit.
+    return tuple(jnp.where(same, b, (1.0 - share) * b + share * u) for b, u in zip(base, burst))

@@ -32,7 +32,7 @@ from inferencegym_jax.testing.reference import roofline
 NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
 FULL_GRID = (10, 5, 13, 2, 3)  # grid sizes of the five knobs: masked knobs get indices too, both must clip them
 # The pytree classes the reference may import from the JAX side, to build its outputs in the same structure.
-SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "IntervalMetrics", "EnvState", "Observation", "Draws",
+SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "OnTime", "IntervalMetrics", "EnvState", "Observation", "Draws",
                   "Arrivals", "WorkloadState", "ServingAction"}
 
 
@@ -116,8 +116,8 @@ def jax_rollout(env_id: str):
 
 
 def moments_of(params):
-    return {"prompt": reference.length_moments(params.workload.prompt),
-            "output": reference.length_moments(params.workload.output)}
+    wl = params.workload
+    return {name: reference.length_moments(getattr(wl, name)) for name in ("prompt", "output", "burst_prompt")}
 
 
 @pytest.mark.parametrize("env_id", ig.registered_envs())
@@ -196,7 +196,7 @@ def shrink_server(state, arrivals, factor):
     smaller = serving.ServerState(
         jax.tree_util.tree_map(scale, state.queue), jax.tree_util.tree_map(scale, state.running),
         jax.tree_util.tree_map(scale, state.preempted), state.stall_s, state.prefill_warmup_s, state.config,
-        state.started,
+        state.started, jax.tree_util.tree_map(scale, state.on_time),
     )
     return smaller, jax.tree_util.tree_map(scale, arrivals)
 

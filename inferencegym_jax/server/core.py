@@ -313,7 +313,7 @@ class ServerCore:
                 "active_knobs": [k for k, a in zip(KNOBS, params.active_knobs) if a],
                 "default_action": dict(zip(KNOBS, np.asarray(params.default_action.as_vector()).tolist())),
                 "ttft_slo_s": np.asarray(params.server.ttft_slo_s).tolist(),
-                "tpot_slo_s": float(params.server.tpot_slo_s),
+                "tpot_slo_s": np.asarray(params.server.tpot_slo_s).tolist(),
                 "policies": list(pool.policy_names),
             })
         return rows

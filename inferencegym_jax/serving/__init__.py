@@ -18,11 +18,14 @@ the module of its concept:
   engine.check_memory       out of memory: every sequence fails, the engine restarts
   admission.age_queue       the admitted removed, the oldest timed out, the rest one older
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
+  goodput.*                 the running requests still meeting both SLOs ("completion" accounting)
 
 XLA:CPU speed tricks are in `inferencegym_jax.xla_ops`, guarded divisions in `numerics`.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
@@ -31,9 +34,12 @@ from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.admission import admission_limits, admit, age_queue, enqueue, prefill
 from inferencegym_jax.serving.engine import Decode, Engine, Memory, check_memory, decode, preempt_to_fit, reconfigure
+from inferencegym_jax.serving.goodput import admit_on_time, decode_on_time, kept_share
 from inferencegym_jax.serving.latency import Latency, latency_statistics, time_to_first_token
 from inferencegym_jax.serving.types import (
+    SLO_ACCOUNTINGS,
     IntervalMetrics,
+    OnTime,
     Queue,
     Sequences,
     ServerParams,
@@ -45,7 +51,9 @@ from inferencegym_jax.serving.types import (
 from inferencegym_jax.workload import NUM_CLASSES, Arrivals
 
 __all__ = [
+    "SLO_ACCOUNTINGS",
     "IntervalMetrics",
+    "OnTime",
     "Queue",
     "ServerParams",
     "ServerState",
@@ -64,7 +72,9 @@ def serve_interval(
     profile = select_profile(params.profiles, config.quant_tier)
     capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
+    before_shrink = running
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
+    on_time = state.on_time.scaled(kept_share(state.running, before_shrink) * kept_share(before_shrink, running))
     queue = enqueue(state.queue, arrivals)
     limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
     admission, preempted = admit(queue, preempted, limits)
@@ -73,30 +83,56 @@ def serve_interval(
     re = admission.readmitted
     running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
                         running.remaining + re.remaining + pass_.new_output)
+    on_time = admit_on_time(on_time, admission.admitted, ttft, params)
+    before_decode = running
     running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    on_time, good = decode_on_time(on_time, before_decode, running, produced.tpot_s, params)
+    before_overflow = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
+    on_time = on_time.scaled(kept_share(before_overflow, running))
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
     latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    if params.slo_accounting == "admission":
+        on_time = state.on_time  # not tracked: zeros
+        outcome = SloOutcome(pass_.new_requests, latency.late, latency.good_tokens)
+    else:
+        outcome = SloOutcome(produced.completed, produced.completed - good.good_completed, good.good_tokens)
     next_state = ServerState(next_queue, running, preempted, memory.stall_s, engine.prefill_warmup_s, config,
-                             jnp.ones((), bool))
+                             jnp.ones((), bool), on_time)
     metrics = interval_metrics(
-        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, timeouts,
-        dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
+        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, outcome,
+        timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
     return next_state, metrics
 
 
+class SloOutcome(NamedTuple):
+    """The requests whose SLO outcome the interval decided (`ServerParams.slo_accounting`);
+    float32 scalars.
+
+    Attributes:
+      judged: [requests] admitted ("admission") or finished ("completion") in the interval.
+      missed: [requests] of them that missed an SLO.
+      good_tokens: [tokens] the interval's goodput.
+    """
+
+    judged: jnp.ndarray
+    missed: jnp.ndarray
+    good_tokens: jnp.ndarray
+
+
 def interval_metrics(
     next_state: ServerState, arrivals: Arrivals, engine: Engine, prefill_tokens: jnp.ndarray,
-    admitted: jnp.ndarray, produced: Decode, memory: Memory, latency: Latency, timeouts: jnp.ndarray,
+    admitted: jnp.ndarray, produced: Decode, memory: Memory, latency: Latency, outcome: SloOutcome,
+    timeouts: jnp.ndarray,
     evicted: jnp.ndarray, capacity: jnp.ndarray, tokens_per_step: jnp.ndarray, config: ServingAction,
     profile: perf_model.Profile, params: ServerParams,
 ) -> IntervalMetrics:
     """The interval's `IntervalMetrics` from the phases' results."""
     dt = params.dt_s
-    violations = latency.late + timeouts + memory.failed
-    decided = admitted + timeouts + memory.failed
+    violations = outcome.missed + timeouts + memory.failed
+    decided = outcome.judged + timeouts + memory.failed
     waiting_n = jnp.sum(next_state.queue.count, axis=1)  # (3,)
     queue_depth = xla_ops.class_sum(waiting_n)
     share_n = waiting_n + arrivals.count
@@ -110,7 +146,7 @@ def interval_metrics(
         ttft_slo_ratio=latency.ttft_slo_ratio,
         tpot_s=produced.tpot_s,
         output_tokens=produced.generated,
-        good_tokens=latency.good_tokens,
+        good_tokens=outcome.good_tokens,
         tokens_per_s=generated_rate,
         quality_tokens_per_s=generated_rate * (1.0 - profile.quality_loss),
         prefill_tokens=prefill_tokens,

@@ -69,8 +69,8 @@ class Latency(NamedTuple):
       ttft_p50_s, ttft_p99_s: [s] percentiles of TTFT (module docstring).
       ttft_slo_ratio: mean over requests of min(TTFT / SLO, TTFT_RATIO_CAP) / TTFT_RATIO_CAP.
       late: [requests] admitted past their TTFT SLO, or while TPOT is above its SLO.
-      good_tokens: [tokens] output owed to the requests admitted within both SLOs (goodput,
-        counted at admission).
+      good_tokens: [tokens] output owed to the requests admitted within both SLOs (goodput
+        counted at admission: the "admission" accounting of `serving.goodput`).
     """
 
     ttft_p50_s: Array
@@ -88,7 +88,7 @@ def latency_statistics(
     ages = jnp.arange(admitted.count.shape[1], dtype=jnp.float32)
     slo = params.ttft_slo_s[:, None]
     wait_now = (ages + 0.5) * dt  # requests still waiting: a lower bound on their TTFT
-    late = (ttft.centre_s > slo) | (tpot_s > params.tpot_slo_s)
+    late = (ttft.centre_s > slo) | (tpot_s > params.tpot_slo_s[:, None])
     adm_n, rest_n = admitted.count, waiting.count
     weight = adm_n + rest_n
     wait_sum = adm_n * ttft.centre_s + rest_n * wait_now  # admitted at their TTFT, waiting at their wait

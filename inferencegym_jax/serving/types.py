@@ -23,7 +23,7 @@ class ServerParams:
       profiles: `perf_model.Profile` with a leading axis of 3, one per precision tier.
       dt_s: float32 [s], length of one control interval.
       ttft_slo_s: float32 (3,) [s], time-to-first-token SLO per priority class.
-      tpot_slo_s: float32 [s], time-per-output-token SLO (all classes).
+      tpot_slo_s: float32 (3,) [s], time-per-output-token SLO per priority class.
       memory_limit_bytes: float32 [B], memory above which the engine runs out of memory.
       max_batched_tokens: float32 [tokens], tokens per engine step with chunked prefill
         (vLLM's max_num_batched_tokens; 2048 is vLLM V1's default for the online server).
@@ -34,6 +34,11 @@ class ServerParams:
         weights are loaded (process and KV-transfer setup; prefill runs large batches without
         CUDA graphs, so no graph capture).
       num_age_buckets: static int, queue ages tracked; also the client timeout in intervals.
+      slo_accounting: static str, when a request's SLO outcome is decided (`serving.goodput`):
+        "admission" (v0 tasks: at admission, against the TTFT and the interval's TPOT) or
+        "completion" (DistServe goodput: a request is good when it meets its TTFT SLO and its
+        class's TPOT SLO in every interval it decodes; goodput is the output tokens of such
+        requests as they are generated, attainment is counted when requests finish).
     """
 
     profiles: perf_model.Profile
@@ -46,6 +51,31 @@ class ServerParams:
     restart_s: Array
     prefill_start_s: Array
     num_age_buckets: int = struct.field(pytree_node=False, default=16)
+    slo_accounting: str = struct.field(pytree_node=False, default="admission")
+
+
+SLO_ACCOUNTINGS = ("admission", "completion")
+
+
+@struct.dataclass
+class OnTime:
+    """The running sequences that have met both their SLOs so far, per class; float32 (3,).
+
+    A subset of `ServerState.running` (the same pool, tracked only under "completion"
+    accounting; zeros otherwise).
+
+    Attributes:
+      seqs: [sequences] admitted within their class's TTFT SLO and never decoded in an
+        interval above its TPOT SLO, nor preempted.
+      remaining: [tokens] of output they still have to generate.
+    """
+
+    seqs: Array
+    remaining: Array
+
+    def scaled(self, fraction: Array) -> OnTime:
+        """Both fields times `fraction` (a scalar, or (3,) per class)."""
+        return OnTime(fraction * self.seqs, fraction * self.remaining)
 
 
 @struct.dataclass
@@ -112,6 +142,7 @@ class ServerState:
       prefill_warmup_s: float32 [s] until a newly requested prefill GPU is ready.
       config: ServingAction in force (the task default before the first interval).
       started: bool, whether the engine has been configured once; the first configuration is free.
+      on_time: OnTime, the part of `running` still on course to meet both SLOs.
     """
 
     queue: Queue
@@ -121,6 +152,7 @@ class ServerState:
     prefill_warmup_s: Array
     config: ServingAction
     started: Array
+    on_time: OnTime
 
 
 @struct.dataclass
@@ -132,16 +164,19 @@ class IntervalMetrics:
       ttft_slo_ratio: mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1].
       tpot_s: [s] wall time per output token of a running sequence (stalls included).
       output_tokens: [tokens] output tokens generated in the interval.
-      good_tokens: [tokens] output tokens of the requests admitted this interval within their
-        TTFT and TPOT SLOs (goodput, counted when the request is admitted).
+      good_tokens: [tokens] goodput: under "admission" accounting the output owed to the
+        requests admitted this interval within their TTFT and TPOT SLOs; under "completion"
+        accounting the output tokens generated in the interval for requests still meeting both.
       tokens_per_s: [tokens/s] output tokens generated per second.
       quality_tokens_per_s: [tokens/s] generated tokens times (1 - quality loss of the tier).
       prefill_tokens: [tokens] prompt tokens prefilled (recompute included).
       admitted: [requests] admitted for the first time.
       completed: [requests] finished.
-      slo_violations: [requests] admitted past their TTFT SLO or with TPOT above its SLO,
-        plus those that timed out or failed.
-      slo_violation_rate: violations / (admitted + timed out + failed), 0 when none.
+      slo_violations: [requests] that missed an SLO, decided this interval: "admission"
+        accounting, admitted past their TTFT SLO or with TPOT above its SLO; "completion"
+        accounting, finished without meeting both; plus, in both, those that timed out or failed.
+      slo_violation_rate: violations / decided (admitted, or under "completion" accounting
+        completed, + timed out + failed), 0 when none.
       timeouts: [requests] that gave up waiting.
       failed: [requests] lost to an out-of-memory restart.
       evictions: [sequences] preempted for lack of KV space (or by a reconfiguration).
@@ -202,6 +237,7 @@ def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
         prefill_warmup_s=z,
         config=config,
         started=jnp.zeros((), bool),
+        on_time=OnTime(jnp.zeros((NUM_CLASSES,), jnp.float32), jnp.zeros((NUM_CLASSES,), jnp.float32)),
     )
 
 

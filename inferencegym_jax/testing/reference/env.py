@@ -16,7 +16,7 @@ import numpy as np
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.env import EnvState
 from inferencegym_jax.observation import Observation
-from inferencegym_jax.serving import IntervalMetrics, Queue, Sequences, ServerState
+from inferencegym_jax.serving import IntervalMetrics, OnTime, Queue, Sequences, ServerState
 from inferencegym_jax.testing.reference import roofline, server, traffic
 from inferencegym_jax.testing.reference.arrays import select_where, to_numpy
 from inferencegym_jax.testing.reference.constants import (
@@ -87,7 +87,8 @@ def initial_state(n: int, default: ServingAction, num_ages: int) -> ServerState:
     bins = np.zeros((n, NUM_CLASSES, num_ages), F32)
     config = ServingAction(*(np.full(n, getattr(default, k), F32) for k in KNOBS))
     return ServerState(Queue(bins, bins.copy(), bins.copy(), bins.copy()), Sequences(z, z.copy(), z.copy()),
-                       Sequences(z.copy(), z.copy(), z.copy()), z.copy(), z.copy(), config, np.zeros(n, bool))
+                       Sequences(z.copy(), z.copy(), z.copy()), z.copy(), z.copy(), config, np.zeros(n, bool),
+                       OnTime(np.zeros((n, NUM_CLASSES), F32), np.zeros((n, NUM_CLASSES), F32)))
 
 
 def reset(u: np.ndarray, params: Any) -> tuple[Observation, EnvState]:
@@ -107,7 +108,7 @@ def reset(u: np.ndarray, params: Any) -> tuple[Observation, EnvState]:
 
 def step_env(state: EnvState, action: np.ndarray, draws: Draws, params: Any, moments: traffic.Moments) -> StepResult:
     """One interval of N envs given its draws, no auto-reset (env.InferenceGymEnv.step_env).
-    `action` (N, 5) grid indices; `moments` = {"prompt": length_moments(params.workload.prompt),
+    `action` (N, 5) grid indices; `moments` = {"prompt": length_moments(params.workload.prompt), "burst_prompt": ...,
     "output": ...}. Returns obs, state, reward, terminated, truncated, info."""
     applied, clipped = clip_action(action, params.default_action, params.active_knobs)
     dt = params.server.dt_s
@@ -154,7 +155,7 @@ class ReferenceEnv:
         self.num_envs = int(num_envs)
         self.rng = np.random.default_rng(seed)
         wl = self.params.workload
-        self.moments = {"prompt": traffic.length_moments(wl.prompt), "output": traffic.length_moments(wl.output)}
+        self.moments = {name: traffic.length_moments(getattr(wl, name)) for name in ("prompt", "output", "burst_prompt")}
         self.state: EnvState | None = None
 
     def reset(self) -> Observation:

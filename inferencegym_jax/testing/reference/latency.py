@@ -105,7 +105,7 @@ def latency_statistics(admitted: Queue, waiting: Queue, ttft: Any, tpot_s: np.nd
     slo = params.ttft_slo_s[None, :, None]
     wait_now = (ages + 0.5) * dt  # still waiting: a lower bound on their TTFT
     adm_n, rest_n = admitted.count, waiting.count
-    late = (ttft.centre_s > slo) | per_env(tpot_s > params.tpot_slo_s)
+    late = (ttft.centre_s > slo) | (per_env(tpot_s) > params.tpot_slo_s[None, :, None])
     weight = adm_n + rest_n
     wait_sum = adm_n * ttft.centre_s + rest_n * wait_now
     half_sum = adm_n * ttft.half_width_s + rest_n * 0.5 * dt

@@ -61,13 +61,13 @@ def observe(state: EnvState) -> Observation:
 
 
 def scales(params: Any) -> dict[str, np.ndarray]:
-    """The task's normalisation scales (observation.scales): TTFT and TPOT SLOs [s], peak rate
+    """The task's normalisation scales (observation.scales): TTFT and (tightest) TPOT SLOs [s], peak rate
     [req/s], memory limit [B], horizon [intervals], max cost [$]."""
     s, wl = params.server, params.workload
     horizon = np.asarray(params.max_steps_in_episode).astype(F32)
     return {
         "ttft_slo_s": np.sum(wl.class_mix * s.ttft_slo_s),
-        "tpot_slo_s": s.tpot_slo_s,
+        "tpot_slo_s": np.min(s.tpot_slo_s),  # the tightest class's
         "peak_rate": traffic.mean_rate(wl) + wl.base_rate * (wl.burst_multiplier - 1.0),
         "memory_limit_bytes": s.memory_limit_bytes,
         "horizon": horizon,

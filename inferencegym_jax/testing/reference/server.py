@@ -14,6 +14,7 @@ The phases in order, each the function of the same name in this package (and in 
   engine.check_memory         out of memory: every sequence fails, the engine restarts
   admission.age_queue         the admitted removed, the oldest timed out, the rest one older
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
+  goodput.*                   the running requests still meeting both SLOs ("completion" accounting)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from inferencegym_jax.serving import IntervalMetrics, Sequences, ServerState
-from inferencegym_jax.testing.reference import roofline
+from inferencegym_jax.testing.reference import goodput, roofline
 from inferencegym_jax.testing.reference.admission import admission_limits, admit, age_queue, enqueue, prefill
 from inferencegym_jax.testing.reference.arrays import safe_div
 from inferencegym_jax.testing.reference.constants import EPS, F32, NUM_CLASSES, SECONDS_PER_HOUR
@@ -49,6 +50,7 @@ def serve_interval(
     capacity = roofline.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
+    on_time = goodput.scale(state.on_time, goodput.surviving(state.running, running))
     queue = enqueue(state.queue, arrivals)
     limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
     admission, preempted = admit(queue, preempted, limits)
@@ -57,15 +59,24 @@ def serve_interval(
     re = admission.readmitted
     running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
                         running.remaining + re.remaining + pass_.new_output)
+    on_time = goodput.admit_on_time(on_time, admission.admitted, ttft.centre_s, params)
+    decoding = running
     running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    on_time, good_tokens, good_done = goodput.decode_on_time(on_time, decoding, running, produced.tpot_s, params)
+    decoded = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
+    on_time = goodput.scale(on_time, goodput.surviving(decoded, running))
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
     latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    if params.slo_accounting == "admission":  # decided at admission, the good pool untracked
+        on_time, judged, missed, good = state.on_time, pass_.new_requests, latency.late, latency.good_tokens
+    else:  # decided at completion
+        judged, missed, good = produced.completed, produced.completed - good_done, good_tokens
     next_state = ServerState(next_queue, running, preempted, memory.stall_s.astype(F32), engine.prefill_warmup_s,
-                             config, np.ones_like(state.started))
+                             config, np.ones_like(state.started), on_time)
     metrics = interval_metrics(
-        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, timeouts,
+        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, judged, missed, good, produced, memory, latency, timeouts,
         dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
     return next_state, metrics
@@ -73,13 +84,13 @@ def serve_interval(
 
 def interval_metrics(
     next_state: ServerState, arrivals: Arrivals, engine: Engine, prefill_tokens: np.ndarray, admitted: np.ndarray,
-    produced: Decode, memory: Memory, latency: Latency, timeouts: np.ndarray, evicted: np.ndarray,
-    capacity: np.ndarray, tokens_per_step: np.ndarray, config: Any, profile: Any, params: Any,
+    judged: np.ndarray, missed: np.ndarray, good_tokens: np.ndarray, produced: Decode, memory: Memory,
+    latency: Latency, timeouts: np.ndarray, evicted: np.ndarray, capacity: np.ndarray, tokens_per_step: np.ndarray, config: Any, profile: Any, params: Any,
 ) -> IntervalMetrics:
     """The interval's IntervalMetrics from the phases' results (serving.interval_metrics)."""
     dt = params.dt_s
-    violations = latency.late + timeouts + memory.failed
-    decided = admitted + timeouts + memory.failed
+    violations = missed + timeouts + memory.failed
+    decided = judged + timeouts + memory.failed
     waiting_n = np.sum(next_state.queue.count, axis=2)  # (N, 3)
     queue_depth = np.sum(waiting_n, axis=1)
     share_n = waiting_n + arrivals.count
@@ -96,7 +107,7 @@ def interval_metrics(
         ttft_slo_ratio=latency.ttft_slo_ratio,
         tpot_s=produced.tpot_s,
         output_tokens=produced.generated,
-        good_tokens=latency.good_tokens,
+        good_tokens=f32(good_tokens),
         tokens_per_s=f32(generated_rate),
         quality_tokens_per_s=f32(generated_rate * (1.0 - profile.quality_loss)),
         prefill_tokens=prefill_tokens,

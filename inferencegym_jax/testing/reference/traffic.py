@@ -17,7 +17,7 @@ from inferencegym_jax.testing.reference.arrays import to_numpy
 from inferencegym_jax.testing.reference.constants import F32, NUM_CLASSES
 from inferencegym_jax.workload import Arrivals, Draws, WorkloadState
 
-Moments = dict[str, tuple[np.ndarray, np.ndarray]]  # "prompt" / "output" -> (m1, m2), (3,) each
+Moments = dict[str, tuple[np.ndarray, np.ndarray]]  # "prompt" / "output" / "burst_prompt" -> (m1, m2), (3,) each
 
 
 def normal_cdf(x: np.ndarray) -> np.ndarray:
@@ -69,7 +69,8 @@ def sample_draws(rng: np.random.Generator, state: WorkloadState, t_s: Any, dt_s:
     """The interval's random draws from a NumPy generator: exact Poisson counts at the scheduled
     rate, standard normals, one uniform (workload.draw, with NumPy's samplers)."""
     n = np.shape(state.phase_s)[0]
-    mean_count = arrival_rate(state, t_s, params)[:, None] * dt_s * params.class_mix[None, :]
+    mix = np.where(burst_on(state, t_s, params)[:, None], params.burst_class_mix[None, :], params.class_mix[None, :])
+    mean_count = arrival_rate(state, t_s, params)[:, None] * dt_s * mix
     return Draws(
         count=rng.poisson(mean_count).astype(F32),
         z_prompt=rng.standard_normal((n, NUM_CLASSES), F32),
@@ -111,6 +112,10 @@ def advance(
         return state, trace_arrivals(state, t_s, dt_s, params)
     count = draws.count
     prompt, prompt_sq = sum_of_lengths(draws.z_prompt, count, moments["prompt"], params.prompt)
+    if params.schedule in ("periodic", "mmpp"):  # a burst's requests draw from the burst's prompt lengths
+        in_burst = burst_on(state, t_s, params)[:, None]
+        burst, burst_sq = sum_of_lengths(draws.z_prompt, count, moments["burst_prompt"], params.burst_prompt)
+        prompt, prompt_sq = np.where(in_burst, burst, prompt), np.where(in_burst, burst_sq, prompt_sq)
     output, _ = sum_of_lengths(draws.z_output, count, moments["output"], params.output)
     arrivals = Arrivals(count, prompt, np.maximum(output, count), prompt_sq, arrival_rate(state, t_s, params))
     if params.schedule == "mmpp":  # a burst ends with probability dt / duration, starts with dt / gap
