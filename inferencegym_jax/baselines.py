@@ -204,23 +204,27 @@ def static_statistics(
 
 def search_static(
     env: InferenceGymEnv, params: EnvParams, grader: str, key: jax.Array, num_episodes: int, x_random: float,
-    *, num_steps: int | None = None,
+    *, num_steps: int | None = None, raw_throughput: bool = False,
 ) -> dict:
     """Exhaustive search of the best static configuration for a grader.
 
     The optimum of the served fraction (x_optimum) is the best mean over the grid; the best
     static configuration maximises the grader's mean score normalised with it (ties go to the
-    configuration fewest grid steps from the vLLM default).
+    configuration fewest grid steps from the vLLM default). With `raw_throughput` (the
+    "oracle" score scale of `graders`) the throughput component is the served fraction itself
+    and `best_score` is the grader's value before the oracle normalisation.
 
     Returns a dict with `x_optimum`, `best_action` (index list), `best_score`, `actions`
-    (C, 5), `scores` (C,) and `served` (C,).
+    (C, 5), `scores` (C,), `episode_scores` (C, E) and `served` (C,).
     """
     actions = static_grid(env, params)
     stats = static_statistics(env, params, actions, key, num_episodes, num_steps=num_steps)
     served = stats["served_fraction"].mean(axis=1)
     x_optimum = float(served.max())
-    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, x_random, x_optimum)
-    scores = np.asarray(graders.combine(comps, grader)).mean(axis=1)
+    scale = (0.0, 1.0) if raw_throughput else (x_random, x_optimum)
+    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, *scale)
+    episode_scores = np.asarray(graders.combine(comps, grader))
+    scores = episode_scores.mean(axis=1)
     # Ties (several configurations serve everything, say) go to the one closest to the vLLM
     # default in grid steps: the smallest change that reaches the optimum.
     default = np.asarray(indices_from_action(VLLM_DEFAULT))
@@ -233,6 +237,7 @@ def search_static(
         "best_score": float(scores[best]),
         "actions": actions,
         "scores": scores,
+        "episode_scores": episode_scores,
         "served": served,
     }
 
@@ -245,12 +250,11 @@ def hindsight_static_scores(
     Exhaustive over the grid on the evaluation keys themselves, so it costs (grid size) times
     an evaluation; use it where the grid is small. float (E,).
     """
-    consts = graders.load_constants(task_id)
+    x_random, x_optimum, floor, ceiling = graders.scale_constants(task_id)
     grader = graders.grader_name(task_id)
     stats = static_statistics(env, params, static_grid(env, params), key, num_episodes)
-    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, consts["x_random"],
-                               consts["x_optimum"])
-    return np.asarray(graders.combine(comps, grader)).max(axis=0)
+    comps = graders.components({k: jnp.asarray(v) for k, v in stats.items()}, grader, x_random, x_optimum)
+    return np.asarray(graders.normalise(graders.combine(comps, grader), floor, ceiling)).max(axis=0)
 
 
 def best_static_policy(task_id: str) -> Policy:

@@ -136,8 +136,8 @@ def episode_limits(params: EnvParams) -> dict[str, Any]:
     """What the series are drawn against (host floats).
 
     Returns ttft_slo_s: {class name: [s]} for the classes with traffic (class_mix > 0);
-    tpot_slo_ms: {class name: [ms]}, the same classes; memory_limit_gb [GB]; dt_s [s]; active_knobs, the names of the knobs the
-    task lets the policy set.
+    tpot_slo_ms: {class name: [ms]}, the same classes; memory_limit_gb [GB]; dt_s [s];
+    active_knobs, the names of the knobs the task lets the policy set.
     """
     mix = np.asarray(params.workload.class_mix)
     slos = np.asarray(params.server.ttft_slo_s)

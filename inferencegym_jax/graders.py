@@ -10,17 +10,18 @@ Per-episode quantities (sums over valid intervals t):
     requests admitted within their TTFT and TPOT SLOs, weighted by the precision's quality
     (INT4 tokens count 0.96), over the output tokens of the requests that arrived. Requests
     that missed their SLO, timed out or failed earn nothing. x = 1 when nothing was offered.
-  SLO attainment a = 1 - violations / requests decided (admitted, timed out or failed).
+  SLO attainment a = 1 - violations / requests decided (admitted, or on a task with "completion"
+    SLO accounting completed (serving.goodput), + timed out + failed).
   OOM-free fraction m = 1 - intervals with an out-of-memory restart / intervals.
   cost per 1k output tokens c, against the task budget B.
   knob changes: intervals whose applied configuration differs from the previous one.
 
 Components:
-  throughput = clip((x - x_random) / (x_optimum - x_random), 0, 1): the served fraction
-    normalised between the random policy (0) and the best static configuration found by
-    exhaustive search (1), the Atari-style "human-normalised" convention with the searched
-    optimum as the reference. The constants come from `data/grader_constants.json`, written by
-    `scripts/grader_constants.py`.
+  throughput = clip((x - x_random) / (x_optimum - x_random), 0, 1) on a "best_static" task: the
+    served fraction normalised between the random policy (0) and the best static configuration
+    found by exhaustive search (1), the Atari-style "human-normalised" convention with the
+    searched optimum as the reference; clip(x, 0, 1) on an "oracle" task (below). The constants
+    come from `data/grader_constants.json`, written by `scripts/grader_constants.py`.
   slo (task 3) / ttft (task 2) = a.
   memory = m.
   cost = clip(2 - c / B, 0, 1): 1 within budget, 0 at twice the budget or more.
@@ -32,6 +33,17 @@ Task graders (the `grader` key of each task config):
     the latency score: a policy out of memory in 10 % of the intervals keeps 90 % of it.
   "multi_tenant" (task 3, 4): 0.40 throughput + 0.30 slo + 0.20 cost + 0.10 stability
     (docs/DESIGN.md's weights).
+
+Score scale (the `score_scale` key of each task config):
+  "best_static" (v0 tasks): the grader's value, clipped to [0, 1]. Its throughput component is
+    capped at the best static configuration, so no policy scores above it on task 1.
+  "oracle" (v1 tasks): score = max((g - g_floor) / (g_oracle - g_floor), 0), with g the grader's
+    value (throughput unnormalised), g_floor the random policy's mean and g_oracle the mean, on
+    the constants' keys, of the better per episode of two clairvoyant controllers: the
+    model-predictive oracle (`inferencegym_jax.mpc`) and the episode's best static configuration
+    in hindsight (`generate.grader_constants`). Oracles score ~1, a policy better than the best
+    static configuration scores higher than it, and nothing caps the score at 1: a policy may
+    beat these oracles, which are bounds only over their candidate configurations and horizon.
 """
 
 from __future__ import annotations
@@ -59,10 +71,11 @@ GRADER_WEIGHTS: dict[str, dict[str, float]] = {
     "multi_tenant": {"throughput": 0.40, "slo": 0.30, "cost": 0.20, "stability": 0.10},
 }
 PRODUCT_GRADERS = frozenset({"ttft_memory"})
+SCORE_SCALES = ("best_static", "oracle")
 # Fields of a trajectory the graders read: name -> rank of its leaves (episodes, time[, ...]).
 REQUIRED_FIELDS: dict[str, int] = {"metrics": 2, "action": 2, "offered_tokens": 2, "valid": 2}
-METRIC_FIELDS = ("good_tokens", "output_tokens", "slo_violations", "admitted", "timeouts", "failed", "oom",
-                 "cost_usd")
+METRIC_FIELDS = ("good_tokens", "output_tokens", "slo_violations", "admitted", "completed", "timeouts", "failed",
+                 "oom", "cost_usd")
 
 
 @struct.dataclass
@@ -70,7 +83,8 @@ class Grade:
     """Grades of a batch of episodes.
 
     Attributes:
-      score: float32 (N,), in [0, 1].
+      score: float32 (N,), >= 0: in [0, 1] on "best_static" tasks, ~1 for the oracle on "oracle"
+        tasks (module docstring).
       breakdown: dict of float32 (N,) components, each in [0, 1].
       served_fraction: float32 (N,), x of the module docstring.
       slo_attainment: float32 (N,), a.
@@ -113,6 +127,32 @@ def grader_name(task_id: str) -> str:
     return task_config(task_id).grader
 
 
+def score_scale(task_id: str) -> str:
+    """The task's score scale, one of SCORE_SCALES (module docstring)."""
+    from inferencegym_jax.tasks import task_config
+
+    return task_config(task_id).score_scale
+
+
+def scale_constants(task_id: str) -> tuple[float, float, float | None, float | None]:
+    """(x_random, x_optimum, floor, ceiling) of `grade_episodes` for a registered task: the
+    throughput normalisation, and the score's (None, None on a "best_static" task; on an
+    "oracle" task the served fraction itself, (0, 1), and the grader's random and oracle means)."""
+    consts = load_constants(task_id)
+    if score_scale(task_id) == "best_static":
+        return consts["x_random"], consts["x_optimum"], None, None
+    return 0.0, 1.0, consts["score_floor"], consts["score_ceiling"]
+
+
+def normalise(value: Array, floor: Array | None, ceiling: Array | None) -> Array:
+    """A grader's value as a score: clipped to [0, 1] without a floor and ceiling, else
+    max((value - floor) / (ceiling - floor), 0) (module docstring, "Score scale")."""
+    if floor is None:
+        return jnp.clip(value, 0.0, 1.0)
+    span = jnp.maximum(jnp.float32(ceiling) - jnp.float32(floor), 1e-6)
+    return jnp.maximum((value - jnp.float32(floor)) / span, 0.0)
+
+
 def _get(traj: Any, name: str) -> Any:
     return traj.get(name) if isinstance(traj, Mapping) else getattr(traj, name, None)
 
@@ -149,6 +189,12 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
     return lead
 
 
+def judged_field(params: EnvParams) -> str:
+    """The metric counting the requests an interval judged against their SLOs: "admitted", or
+    "completed" under "completion" SLO accounting (serving.goodput)."""
+    return "completed" if params.server.slo_accounting == "completion" else "admitted"
+
+
 def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
     """Quantities of the module docstring for one episode (arrays with a time axis first).
 
@@ -166,7 +212,7 @@ def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
     good = jnp.sum(valid * quality * _get(m, "good_tokens"))
     offered = jnp.sum(valid * _get(traj, "offered_tokens"))
     served = jnp.where(offered > 0, good / jnp.maximum(offered, 1e-9), 1.0)
-    decided = jnp.sum(valid * (_get(m, "admitted") + _get(m, "timeouts") + _get(m, "failed")))
+    decided = jnp.sum(valid * (_get(m, judged_field(params)) + _get(m, "timeouts") + _get(m, "failed")))
     violations = jnp.sum(valid * _get(m, "slo_violations"))
     attainment = jnp.where(decided > 0, 1.0 - violations / jnp.maximum(decided, 1e-9), 1.0)
     oom_free = 1.0 - jnp.sum(valid * _get(m, "oom")) / jnp.maximum(num_valid, 1.0)
@@ -214,19 +260,22 @@ def combine(comps: dict[str, Array], grader: str) -> Array:
 
 
 def grade_episodes(
-    trajectory: Any, params: EnvParams, grader: str, x_random: Array, x_optimum: Array
+    trajectory: Any, params: EnvParams, grader: str, x_random: Array, x_optimum: Array,
+    floor: Array | None = None, ceiling: Array | None = None,
 ) -> Grade:
-    """Jittable core of `grade`: explicit grader name and normalising constants."""
+    """Jittable core of `grade`: explicit grader name and normalising constants. Without
+    `floor` and `ceiling` the score is the grader's value clipped to [0, 1] ("best_static");
+    with them, max((value - floor) / (ceiling - floor), 0) ("oracle")."""
     if grader not in GRADER_WEIGHTS:
         raise ValueError(f"grader={grader!r} is not one of {sorted(GRADER_WEIGHTS)}")
     def one(traj):
         stats = episode_statistics(traj, params)
         comps = components(stats, grader, jnp.float32(x_random), jnp.float32(x_optimum))
-        score = combine(comps, grader)
+        score = normalise(combine(comps, grader), floor, ceiling)
         has_data = stats["num_valid"] > 0
         comps = {k: jnp.where(has_data, v, 0.0) for k, v in comps.items()}
         return Grade(
-            score=jnp.where(has_data, jnp.clip(score, 0.0, 1.0), 0.0).astype(jnp.float32),
+            score=jnp.where(has_data, score, 0.0).astype(jnp.float32),
             breakdown=comps,
             served_fraction=stats["served_fraction"],
             slo_attainment=stats["slo_attainment"],
@@ -251,8 +300,7 @@ def grade(trajectory: Any, params: EnvParams, task_id: str) -> Grade:
     """
     if validation.is_concrete(trajectory):
         check_trajectory(trajectory)
-    consts = load_constants(task_id)
-    return grade_episodes(trajectory, params, grader_name(task_id), consts["x_random"], consts["x_optimum"])
+    return grade_episodes(trajectory, params, grader_name(task_id), *scale_constants(task_id))
 
 
 def feedback(grade_: Grade, task_id: str) -> list[str]:

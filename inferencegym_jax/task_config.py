@@ -78,9 +78,10 @@ class ServerConfig:
     num_age_buckets: int = integer("intervals", 2, 1024, "queue ages tracked; also the client timeout")
     ttft_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, HOUR_S,
                                            "time-to-first-token SLO per priority class")
-    tpot_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, 10, "time-per-output-token SLO per priority class")
-    slo_accounting: str = choice(SLO_ACCOUNTINGS, "when requests are judged against their SLOs: at admission (v0) "
-                                                  "or at completion, DistServe goodput (inferencegym_jax.serving.goodput)")
+    tpot_slo_s: tuple[float, ...] = vector("s", NUM_CLASSES, MIN_SLO_S, 10,
+                                           "time-per-output-token SLO per priority class")
+    slo_accounting: str = choice(SLO_ACCOUNTINGS, "when requests are judged against their SLOs: at admission (v0) or "
+                                                  "at completion, DistServe goodput (inferencegym_jax.serving.goodput)")
     memory_limit_gb: float = number("GB", MIN_MEMORY_GB, 1000, "memory above which the engine runs out of memory")
     max_batched_tokens: float = number("tokens", 1, MAX_TOKENS * 8, "tokens per engine step with chunked prefill")
     kv_watermark: float = number("", 0, 0.5, "fraction of KV blocks kept free at admission")
@@ -163,6 +164,8 @@ class TaskConfig:
     name: str = text("human-readable name")
     difficulty: str = choice(("easy", "medium", "hard"), "difficulty label")
     grader: str = text("grader of the task (inferencegym_jax.graders.GRADER_WEIGHTS)")
+    score_scale: str = choice(("best_static", "oracle"), "what a score of 1 is: the best static configuration (v0) "
+                                                         "or the clairvoyant MPC oracle (inferencegym_jax.graders)")
     gpu: str = choice(tuple(GPUS), "accelerator profile (inferencegym_jax.profiles)")
     model: str = choice(SERVED_MODELS, "served model")
     draft: str = choice(tuple(DRAFTS), "speculative draft method")

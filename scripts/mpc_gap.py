@@ -1,8 +1,9 @@
 """How much control pays on each task: the clairvoyant MPC (oracle bound) and the causal MPC
 against the exhaustive best static configuration, paired on the same held-out episodes.
 
-    python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4
+    python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
     python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
+    python scripts/mpc_gap.py --version 1            # the v1 tasks
 
 Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). Every policy
 plays episodes 0..N-1 of evaluate.evaluation_key(seed), so differences are paired; the 95 %
@@ -47,11 +48,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--horizon", type=int, default=10, help="[intervals] each rollout looks ahead")
     parser.add_argument("--samples", type=int, default=4, help="futures the causal MPC averages over")
+    parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
     for number in args.task or [1, 2, 3, 4]:
-        rows += task_rows(f"InferenceGym-Task{number}-v0", args.episodes, args.seed, args.horizon, args.samples)
+        task_id = f"InferenceGym-Task{number}-v{args.version}"
+        rows += task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples)
         for row in rows[-3:]:
             print(json.dumps(row), flush=True)
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "

@@ -1,9 +1,10 @@
 """The README's results table: PPO (several seeds) against every baseline, graded on held-out episodes.
 
-Usage: python scripts/ppo_results.py [--tasks 1 2 3] [--seeds 3] [--episodes 256] [--out runs/results]
-       [--set KEY=VALUE ...]
+Usage: python scripts/ppo_results.py [--tasks 1 2 3] [--version 0] [--seeds 3] [--episodes 256]
+       [--out runs/results] [--set KEY=VALUE ...] [--mpc]
 
-For each task: the seeds' training runs (configs/train/ppo_task<N>.toml, seeds config.seed ..
+For each task (InferenceGym-Task<N>-v<version>): the seeds' training runs (its shipped config,
+configs/train/ppo_task<N>.toml for v0, ppo_task<N>_v<version>.toml otherwise, seeds config.seed ..
 config.seed + seeds - 1) run as one vmapped program (wall time and env steps reported); each
 final policy is graded on the same `episodes` held-out episodes (evaluate.evaluation_key(0)),
 as is every baseline. PPO's row gives the mean over seeds of each seed's mean score, with a 95%
@@ -12,6 +13,11 @@ Each seed's final state is saved as OUT/task<N>/seed<S>/checkpoint.msgpack (so
 `inferencegym eval --checkpoint OUT/task<N>/seed<S>` re-grades it), and `--grade-only` grades
 saved checkpoints again without training. Writes OUT/results.json and OUT/results.md (the
 markdown table) and prints the table.
+
+With --mpc the table also has the model-predictive controllers of inferencegym_jax.mpc on the
+same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, with their
+default horizon, samples and candidates) and a "gap closed" column: (PPO - best_static) /
+(mpc_oracle - best_static), the share of the room the oracle shows that PPO takes.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import baselines, evaluate
+from inferencegym_jax import baselines, evaluate, mpc
+from inferencegym_jax.cli.common import ppo_config_name
 from inferencegym_jax.cli.training_commands import parse_overrides as _overrides
 from inferencegym_jax.evaluate import confidence_interval_95 as ci95
 from inferencegym_jax.files import atomic_write_json, atomic_write_text
@@ -37,9 +44,15 @@ from training.ppo import make_train
 from training.sweep import graded_episodes, has_grader
 
 
-def train_task(task: int, seeds: int, overrides: dict, out: Path) -> None:
-    """Train the seeds as one vmapped program; save each seed's checkpoint and the wall time."""
-    config = load_config(f"ppo_task{task}", **overrides)
+def _folder(out: Path, task: str) -> Path:
+    """OUT/task<N> for a v0 task, OUT/task<N>_v<k> for a later version."""
+    return out / ppo_config_name(task).removeprefix("ppo_")
+
+
+def train_task(task: str, seeds: int, overrides: dict, out: Path) -> None:
+    """Train the seeds of task id `task` as one vmapped program; save each seed's checkpoint and
+    the wall time."""
+    config = load_config(ppo_config_name(task), **overrides)
     trainer = make_train(config)
     keys = jnp.stack([evaluate.training_key(config.seed + i) for i in range(seeds)])
     hps = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (seeds,)), config.hparams())
@@ -50,20 +63,21 @@ def train_task(task: int, seeds: int, overrides: dict, out: Path) -> None:
     for i in range(seeds):
         seed_config = config.replace(seed=config.seed + i)
         runner = jax.tree_util.tree_map(lambda x, i=i: x[i], runners)
-        save_checkpoint(out / f"task{task}" / f"seed{seed_config.seed}", make_train(seed_config), runner)
+        save_checkpoint(_folder(out, task) / f"seed{seed_config.seed}", make_train(seed_config), runner)
     record = {"train_seconds_all_seeds": train_s, "seeds": [config.seed + i for i in range(seeds)],
               "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist()}
-    atomic_write_json(out / f"task{task}" / "train.json", record, indent=1)
-    print(f"task {task}: {seeds} seeds x {config.total_env_steps:,} env steps in {train_s:.0f} s", flush=True)
+    atomic_write_json(_folder(out, task) / "train.json", record, indent=1)
+    print(f"{task}: {seeds} seeds x {config.total_env_steps:,} env steps in {train_s:.0f} s", flush=True)
 
 
-def grade_task(task: int, episodes: int, out: Path) -> dict:
-    """Grade the saved seeds and every baseline on the same held-out episodes."""
-    record = json.loads((out / f"task{task}" / "train.json").read_text())
+def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> dict:
+    """Grade the saved seeds and every baseline (and with `with_mpc` the MPC controllers) on
+    the same held-out episodes."""
+    record = json.loads((_folder(out, task) / "train.json").read_text())
     seeds = record["seeds"]
-    configs = [read_config(out / f"task{task}" / f"seed{s}") for s in seeds]
+    configs = [read_config(_folder(out, task) / f"seed{s}") for s in seeds]
     trainers = [make_train(c) for c in configs]
-    runners = [load_checkpoint(out / f"task{task}" / f"seed{s}", t) for s, t in zip(seeds, trainers)]
+    runners = [load_checkpoint(_folder(out, task) / f"seed{s}", t) for s, t in zip(seeds, trainers)]
     runners = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *runners)
     config, trainer = configs[0], trainers[0]
     train_s = record["train_seconds_all_seeds"]
@@ -91,20 +105,36 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
     else:
         policies = {"heuristic": baselines.heuristic_policy(env),
                     "vllm_default": baselines.fixed_default_policy(), "random": baselines.random_policy(env)}
-    for name, policy in policies.items():
-        traj = evaluate.run_episodes(env, trainer.env_params, policy, key, episodes)
+    runs = {name: (lambda p=policy: evaluate.run_episodes(env, trainer.env_params, p, key, episodes))
+            for name, policy in policies.items()}
+    if graded and with_mpc:
+        for name, clairvoyant in (("mpc_oracle", True), ("mpc", False)):
+            runs[name] = lambda c=clairvoyant: mpc.run_mpc_episodes(env, trainer.env_params, config.task, key, episodes,
+                                                                    clairvoyant=c)
+    best_static_scores = None
+    for name, run in runs.items():
+        t0 = time.perf_counter()
+        traj = run()
         rewards = np.asarray(traj.reward).mean(axis=1)
-        rows[name] = {"reward": float(rewards.mean()), "reward_ci95": ci95(rewards), "score": None}
+        rows[name] = {"reward": float(rewards.mean()), "reward_ci95": ci95(rewards), "score": None,
+                      "seconds": time.perf_counter() - t0}
         if graded:
             result = evaluate.grade_trajectory(traj, trainer.env_params, config.task)
             rows[name].update(score=float(np.mean(result.scores)), ci95_episodes=ci95(result.scores))
+            if best_static_scores is not None:
+                diff = np.asarray(result.scores) - best_static_scores
+                rows[name].update(minus_best_static=float(diff.mean()), minus_best_static_ci95=ci95(diff))
             if name == "best_static":
+                best_static_scores = np.asarray(result.scores)
                 # Paired on the same held-out episodes: the traffic of episode i does not depend on
                 # the policy, so the per-episode difference removes the traffic's variance.
                 diff = ppo_scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
                 rows["ppo"].update(minus_best_static=float(diff.mean()),
                                    minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
                                    minus_best_static_per_seed=diff.mean(axis=1).tolist())
+    if "mpc_oracle" in rows and "minus_best_static" in rows["ppo"]:
+        room = rows["mpc_oracle"]["minus_best_static"]
+        rows["ppo"]["gap_closed"] = rows["ppo"]["minus_best_static"] / room if room > 0 else None
     return {
         "task": config.task, "seeds": seeds, "episodes": episodes,
         "env_steps_per_seed": config.total_env_steps, "updates": config.num_updates,
@@ -116,10 +146,13 @@ def grade_task(task: int, episodes: int, out: Path) -> dict:
 
 def markdown(results: list[dict]) -> str:
     """Grader score where the task has constants, else mean reward per interval (marked 'reward')."""
+    with_mpc = any("mpc_oracle" in r["policies"] for r in results)
     names = ["ppo", "best_static", "heuristic", "vllm_default", "random"]
-    lines = ["| task | metric | " + " | ".join(names)
-             + " | PPO - best_static (paired) | PPO budget (env steps x seeds) | training wall s |",
-             "|---|---|" + "---:|" * len(names) + "---:|---:|---:|"]
+    names += ["mpc_oracle", "mpc"] if with_mpc else []
+    gap = " gap closed |" if with_mpc else ""
+    lines = ["| task | metric | " + " | ".join(n + (" (oracle bound)" if n == "mpc_oracle" else "") for n in names)
+             + f" | PPO - best_static (paired) |{gap} PPO budget (env steps x seeds) | training wall s |",
+             "|---|---|" + "---:|" * len(names) + "---:|" + ("---:|" if with_mpc else "") + "---:|---:|"]
     for r in results:
         p = r["policies"]
         graded = p["ppo"]["score"] is not None
@@ -135,6 +168,9 @@ def markdown(results: list[dict]) -> str:
             cells.append(f"{diff:+.4f} ± {ppo['minus_best_static_ci95_episodes']:.4f}")
         else:
             cells.append("n/a")
+        if with_mpc:
+            closed = ppo.get("gap_closed")
+            cells.append("n/a (no room)" if closed is None else f"{100 * closed:.0f}%")
         lines.append(f"| {r['task']} | {'score' if graded else 'reward'} | " + " | ".join(cells)
                      + f" | {r['env_steps_per_seed']:,} x {r['seeds']} | {r['train_seconds_all_seeds']:.0f} |")
     return "\n".join(lines)
@@ -143,6 +179,8 @@ def markdown(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
+    parser.add_argument("--mpc", action="store_true", help="also the MPC controllers and the gap closed")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--out", default="runs/results")
@@ -154,16 +192,18 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
+    task_ids = [f"InferenceGym-Task{n}-v{args.version}" for n in args.tasks]
     if not args.grade_only:
-        for task in args.tasks:
+        for task in task_ids:
             train_task(task, args.seeds, overrides, out)
-    for task in args.tasks:
-        results.append(grade_task(task, args.episodes, out))
+    for task in task_ids:
+        results.append(grade_task(task, args.episodes, out, with_mpc=args.mpc))
         print(markdown(results[-1:]), flush=True)
     header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
               f"{args.episodes} episodes from evaluation_key(0). PPO - best_static: the per-episode score "
               f"difference on the same episodes, averaged over seeds, mean ± 95% CI over episodes. "
-              f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}.")
+              + ("Gap closed: (PPO - best_static) / (mpc_oracle - best_static). " if args.mpc else "")
+              + f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}.")
     table = header + "\n\n" + markdown(results)
     print("\n" + table)
     atomic_write_text(out / "results.md", table + "\n")

@@ -86,3 +86,26 @@ def test_schema_fields_all_carry_a_spec_or_a_nested_schema():
         for f in dataclasses.fields(schema):
             nested = validation.nested_schema(hints[f.name])
             assert "spec" in f.metadata or nested is not None, (schema.__name__, f.name)
+
+
+def test_a_burst_regime_is_checked_and_used_only_by_the_burst_schedules():
+    with pytest.raises(ValueError, match=r"workload.burst_class_mix=\[0.5, 0.5, 0.5\]: must sum to 1"):
+        ig.make("InferenceGym-Task3-v1", workload={"burst_class_mix": [0.5, 0.5, 0.5]})
+    with pytest.raises(ValueError, match=r"config key 'workload.burst_class_mix' is not used by "
+                                         r"workload.schedule='constant'"):
+        ig.make("InferenceGym-Task1-v1", workload={"burst_class_mix": [0.0, 1.0, 0.0]})
+    with pytest.raises(ValueError, match=r"workload.burst_prompt.high"):
+        ig.make("InferenceGym-Task3-v1", workload={"burst_prompt": {"high": -1}})
+    # without a burst regime of its own a burst repeats the base traffic's mix and lengths
+    _, params = ig.make("InferenceGym-Task2-v1")
+    assert params.workload.burst_class_mix.tolist() == params.workload.class_mix.tolist()
+    assert params.workload.burst_prompt.median1.tolist() == params.workload.prompt.median1.tolist()
+
+
+def test_tpot_slos_are_per_class_and_the_accounting_is_named():
+    with pytest.raises(ValueError, match=r"server.tpot_slo_s=0.05: must be a list of 3 finite numbers"):
+        ig.make("InferenceGym-Task1-v1", server={"tpot_slo_s": 0.05})
+    with pytest.raises(ValueError, match=r"server.slo_accounting='later': must be one of"):
+        ig.make("InferenceGym-Task1-v1", server={"slo_accounting": "later"})
+    _, params = ig.make("InferenceGym-Task3-v1", server={"tpot_slo_s": [0.03, 0.05, 0.2]})
+    assert params.server.tpot_slo_s.shape == (3,) and float(params.server.tpot_slo_s[2]) == pytest.approx(0.2)

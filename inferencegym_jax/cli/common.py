@@ -68,10 +68,13 @@ def task_number(env_id: str) -> int | None:
 
 
 def ppo_config_name(env_id: str) -> str | None:
-    """The name of the task's shipped PPO config ("ppo_task<N>"), shipped or not; None when the
-    id carries no task number."""
-    number = task_number(env_id)
-    return None if number is None else f"ppo_task{number}"
+    """The name of the task's shipped PPO config, shipped or not: "ppo_task<N>" for a v0 id,
+    "ppo_task<N>_v<k>" for a later version; None when the id carries no task number."""
+    match = _TASK_ID.fullmatch(env_id)
+    if match is None:
+        return None
+    version = env_id.rsplit("-v", 1)[1]
+    return f"ppo_task{match.group(1)}" + ("" if version == "0" else f"_v{version}")
 
 
 def positive_int(value: str) -> int:

@@ -35,7 +35,7 @@ def rollout_row(env_id: str, policy_name: str, episodes: int, seed: int) -> dict
     import numpy as np
 
     import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate
+    from inferencegym_jax import baselines, evaluate, graders
 
     env, params = ig.make(env_id)
     policy = baselines.random_policy(env) if policy_name == "random" else baselines.fixed_default_policy()
@@ -44,7 +44,7 @@ def rollout_row(env_id: str, policy_name: str, episodes: int, seed: int) -> dict
     jax.block_until_ready(traj)
     seconds = time.perf_counter() - t0
     m = jax.tree_util.tree_map(np.asarray, traj.metrics)
-    decided = max(np.sum(m.admitted + m.timeouts + m.failed), 1e-9)
+    decided = max(np.sum(getattr(m, graders.judged_field(params)) + m.timeouts + m.failed), 1e-9)
     return {
         "task": env_id,
         "reward": float(np.mean(traj.reward)),

@@ -4,7 +4,20 @@ For every registered task, on training-stream keys (disjoint from evaluation key
   x_random    mean served fraction of the random policy;
   x_optimum   best mean served fraction over the task's static action grid (exhaustive);
   best_static_action, best_static_score   the static configuration with the best grader score;
-  x_vllm_default                          the fixed default's served fraction (for reference).
+  x_vllm_default                          the fixed default's served fraction (for reference);
+and on an "oracle"-scaled task (graders, "Score scale"), from the grader's unnormalised value
+(throughput = the served fraction):
+  score_floor    the random policy's mean;
+  score_ceiling  the mean over episodes of the better of two clairvoyant controllers: the MPC
+                 oracle (mpc.run_mpc_episodes, clairvoyant, its default horizon and candidates
+                 around this search's best static configuration) and the episode's best static
+                 configuration in hindsight (the search's grid, per episode). The MPC plans on the
+                 env's reward, which weighs the grader's terms per interval and can rank
+                 configurations otherwise than the episode's grade (on Task4-v1 its mean is below
+                 the best static configuration's); with the hindsight one, the ceiling is at
+                 least the best static configuration's on every episode;
+  mpc_oracle_mean, hindsight_static_mean   the two controllers' means (for reference);
+  best_static_score is then the best static configuration's unnormalised value.
 A small "probe" section (a few short episodes of fixed configurations) fingerprints the
 simulator: tests recompute it with `probe_values` and fail when the file is stale.
 
@@ -23,7 +36,7 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders
+from inferencegym_jax import baselines, evaluate, graders, mpc
 from inferencegym_jax.actions import indices_from_action
 
 # Fold-in tag of the search keys inside the training stream (the probe uses the next one).
@@ -65,6 +78,7 @@ def task_constants(env_id: str, episodes: int, seed: int, log: Callable[[str], N
     line (with the wall time [s]) when the search is done."""
     env, params = ig.make(env_id)
     grader = graders.grader_name(env_id)
+    oracle_scaled = graders.score_scale(env_id) == "oracle"
     key = jax.random.fold_in(evaluate.training_key(seed), SEARCH_STREAM)
     t0 = time.perf_counter()
     traj = evaluate.run_episodes(env, params, baselines.random_policy(env), key, episodes)
@@ -72,11 +86,22 @@ def task_constants(env_id: str, episodes: int, seed: int, log: Callable[[str], N
     x_random = float(np.mean(stats["served_fraction"]))
     default_idx = _default_indices(params)
     x_default = float(baselines.static_statistics(env, params, default_idx, key, episodes)["served_fraction"].mean())
-    search = baselines.search_static(env, params, grader, key, episodes, x_random)
+    search = baselines.search_static(env, params, grader, key, episodes, x_random, raw_throughput=oracle_scaled)
+    scale = {}
+    if oracle_scaled:
+        candidates = mpc.candidate_actions(env, params, env_id, search["best_action"])
+        oracle = mpc.run_mpc_episodes(env, params, env_id, key, episodes, clairvoyant=True, candidates=candidates)
+        mpc_values = _unnormalised(oracle, params, grader)
+        hindsight = search["episode_scores"].max(axis=0)  # same episodes: fold_in(key, i)
+        scale = {"score_floor": round(float(np.mean(_unnormalised(traj, params, grader))), 6),
+                 "score_ceiling": round(float(np.mean(np.maximum(mpc_values, hindsight))), 6),
+                 "mpc_oracle_mean": round(float(np.mean(mpc_values)), 6),
+                 "hindsight_static_mean": round(float(np.mean(hindsight)), 6)}
     seconds = time.perf_counter() - t0
     if log is not None:
         log(f"{env_id}: grader={grader} x_random={x_random:.4f} x_default={x_default:.4f} "
             f"x_optimum={search['x_optimum']:.4f} best={search['best_action']} score={search['best_score']:.4f} "
+            f"{scale} "
             f"({len(search['actions'])} configs x {episodes} episodes, {seconds:.0f} s)")
     return {
         "grader": grader,
@@ -87,7 +112,13 @@ def task_constants(env_id: str, episodes: int, seed: int, log: Callable[[str], N
         "best_static_score": round(search["best_score"], 6),
         "grid_size": int(len(search["actions"])),
         "probe": probe_values(env_id, [default_idx[0].tolist(), search["best_action"]], seed),
+        **scale,
     }
+
+
+def _unnormalised(traj: Any, params: Any, grader: str) -> np.ndarray:
+    """Per episode, the grader's value with the served fraction as its throughput: float (E,)."""
+    return np.asarray(graders.grade_episodes(traj, params, grader, 0.0, 1.0, 0.0, 1.0).score)
 
 
 def constants_payload(

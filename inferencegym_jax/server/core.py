@@ -237,9 +237,9 @@ class ServerCore:
 
     def _grader_program(self, task_id: str) -> Any:
         params = self.pools[task_id].params
-        consts = graders.load_constants(task_id)
+        scale = graders.scale_constants(task_id)
         name = graders.grader_name(task_id)
-        return jax.jit(lambda traj: graders.grade_episodes(traj, params, name, consts["x_random"], consts["x_optimum"]))
+        return jax.jit(lambda traj: graders.grade_episodes(traj, params, name, *scale))
 
     def grade(self, task_id: str, intervals: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Score, breakdown and feedback line of one episode log (log_record dicts, at most

@@ -155,7 +155,8 @@ class ReferenceEnv:
         self.num_envs = int(num_envs)
         self.rng = np.random.default_rng(seed)
         wl = self.params.workload
-        self.moments = {name: traffic.length_moments(getattr(wl, name)) for name in ("prompt", "output", "burst_prompt")}
+        self.moments = {name: traffic.length_moments(getattr(wl, name))
+                        for name in ("prompt", "output", "burst_prompt")}
         self.state: EnvState | None = None
 
     def reset(self) -> Observation:

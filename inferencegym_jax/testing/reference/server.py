@@ -76,8 +76,8 @@ def serve_interval(
     next_state = ServerState(next_queue, running, preempted, memory.stall_s.astype(F32), engine.prefill_warmup_s,
                              config, np.ones_like(state.started), on_time)
     metrics = interval_metrics(
-        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, judged, missed, good, produced, memory, latency, timeouts,
-        dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
+        next_state, arrivals, engine, pass_.tokens, pass_.new_requests, judged, missed, good, produced, memory,
+        latency, timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
     return next_state, metrics
 
@@ -85,7 +85,8 @@ def serve_interval(
 def interval_metrics(
     next_state: ServerState, arrivals: Arrivals, engine: Engine, prefill_tokens: np.ndarray, admitted: np.ndarray,
     judged: np.ndarray, missed: np.ndarray, good_tokens: np.ndarray, produced: Decode, memory: Memory,
-    latency: Latency, timeouts: np.ndarray, evicted: np.ndarray, capacity: np.ndarray, tokens_per_step: np.ndarray, config: Any, profile: Any, params: Any,
+    latency: Latency, timeouts: np.ndarray, evicted: np.ndarray, capacity: np.ndarray, tokens_per_step: np.ndarray,
+    config: Any, profile: Any, params: Any,
 ) -> IntervalMetrics:
     """The interval's IntervalMetrics from the phases' results (serving.interval_metrics)."""
     dt = params.dt_s
