@@ -195,6 +195,60 @@ def judged_field(params: EnvParams) -> str:
     return "completed" if params.server.slo_accounting == "completion" else "admitted"
 
 
+# The per-episode sums the statistics are ratios of (`episode_sums`): name -> what it adds up.
+SUM_FIELDS = ("good", "offered", "decided", "violations", "oom", "tokens", "cost", "changes", "pairs", "num_valid")
+
+
+def interval_sums(metrics: Any, offered_tokens: Array, quant_tier: Array, params: EnvParams) -> dict[str, Array]:
+    """What one interval (or each interval of a time axis, elementwise) adds to the episode's
+    sums: quality-weighted goodput [tokens], offered [tokens], decided and violating requests,
+    OOM intervals, output tokens, cost [$]. Knob changes need two intervals (`episode_sums`)."""
+    tier = jnp.clip(jnp.round(jnp.asarray(quant_tier)).astype(jnp.int32), 0, 2)
+    quality = 1.0 - params.server.profiles.quality_loss[tier]
+    return {
+        "good": quality * _get(metrics, "good_tokens"),
+        "offered": jnp.asarray(offered_tokens),
+        "decided": _get(metrics, judged_field(params)) + _get(metrics, "timeouts") + _get(metrics, "failed"),
+        "violations": _get(metrics, "slo_violations"),
+        "oom": _get(metrics, "oom"),
+        "tokens": _get(metrics, "output_tokens"),
+        "cost": _get(metrics, "cost_usd"),
+    }
+
+
+def episode_sums(traj: Any, params: EnvParams) -> dict[str, Array]:
+    """The SUM_FIELDS of one episode (arrays with a time axis first) over its valid intervals;
+    `changes` counts consecutive valid intervals whose configurations differ, of `pairs`."""
+    action = _get(traj, "action")
+    valid = _get(traj, "valid").astype(jnp.float32)
+    per_interval = interval_sums(_get(traj, "metrics"), _get(traj, "offered_tokens"), _get(action, "quant_tier"),
+                                 params)
+    sums = {name: jnp.sum(valid * value) for name, value in per_interval.items()}
+    knobs = jnp.stack([jnp.asarray(x, jnp.float32) for x in jax.tree_util.tree_leaves(action)], axis=-1)
+    both_valid = valid[1:] * valid[:-1]
+    changed = jnp.any(jnp.abs(knobs[1:] - knobs[:-1]) > 1e-6, axis=-1).astype(jnp.float32)
+    return {**sums, "changes": jnp.sum(both_valid * changed), "pairs": jnp.sum(both_valid), "num_valid": jnp.sum(valid)}
+
+
+def statistics_from_sums(sums: dict[str, Array], params: EnvParams) -> dict[str, Array]:
+    """Quantities of the module docstring from an episode's SUM_FIELDS."""
+    offered, decided, tokens = sums["offered"], sums["decided"], sums["tokens"]
+    served = jnp.where(offered > 0, sums["good"] / jnp.maximum(offered, 1e-9), 1.0)
+    attainment = jnp.where(decided > 0, 1.0 - sums["violations"] / jnp.maximum(decided, 1e-9), 1.0)
+    oom_free = 1.0 - sums["oom"] / jnp.maximum(sums["num_valid"], 1.0)
+    cost_per_1k = sums["cost"] / jnp.maximum(tokens / 1000.0, 1e-9)
+    return {
+        "served_fraction": jnp.clip(served, 0.0, 2.0),
+        "slo_attainment": jnp.clip(attainment, 0.0, 1.0),
+        "oom_free": jnp.clip(oom_free, 0.0, 1.0),
+        "cost_per_1k": jnp.minimum(cost_per_1k, 1e6),
+        "cost_score": jnp.clip(2.0 - cost_per_1k / params.reward.cost_budget_per_1k, 0.0, 1.0),
+        "knob_changes": sums["changes"],
+        "stability": 1.0 - sums["changes"] / jnp.maximum(sums["pairs"], 1.0),
+        "num_valid": sums["num_valid"],
+    }
+
+
 def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
     """Quantities of the module docstring for one episode (arrays with a time axis first).
 
@@ -202,36 +256,7 @@ def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
       traj: a Trajectory (or mapping) of one episode.
       params: the task's EnvParams (quality loss per precision tier, cost budget).
     """
-    m = _get(traj, "metrics")
-    action = _get(traj, "action")
-    valid = _get(traj, "valid").astype(jnp.float32)
-    num_valid = jnp.sum(valid)
-    budget = params.reward.cost_budget_per_1k
-    tier = jnp.clip(jnp.round(jnp.asarray(_get(action, "quant_tier"))).astype(jnp.int32), 0, 2)
-    quality = 1.0 - params.server.profiles.quality_loss[tier]
-    good = jnp.sum(valid * quality * _get(m, "good_tokens"))
-    offered = jnp.sum(valid * _get(traj, "offered_tokens"))
-    served = jnp.where(offered > 0, good / jnp.maximum(offered, 1e-9), 1.0)
-    decided = jnp.sum(valid * (_get(m, judged_field(params)) + _get(m, "timeouts") + _get(m, "failed")))
-    violations = jnp.sum(valid * _get(m, "slo_violations"))
-    attainment = jnp.where(decided > 0, 1.0 - violations / jnp.maximum(decided, 1e-9), 1.0)
-    oom_free = 1.0 - jnp.sum(valid * _get(m, "oom")) / jnp.maximum(num_valid, 1.0)
-    tokens = jnp.sum(valid * _get(m, "output_tokens"))
-    cost_per_1k = jnp.sum(valid * _get(m, "cost_usd")) / jnp.maximum(tokens / 1000.0, 1e-9)
-    knobs = jnp.stack([jnp.asarray(x, jnp.float32) for x in jax.tree_util.tree_leaves(action)], axis=-1)
-    both_valid = valid[1:] * valid[:-1]
-    changed = jnp.any(jnp.abs(knobs[1:] - knobs[:-1]) > 1e-6, axis=-1).astype(jnp.float32)
-    changes = jnp.sum(both_valid * changed)
-    return {
-        "served_fraction": jnp.clip(served, 0.0, 2.0),
-        "slo_attainment": jnp.clip(attainment, 0.0, 1.0),
-        "oom_free": jnp.clip(oom_free, 0.0, 1.0),
-        "cost_per_1k": jnp.minimum(cost_per_1k, 1e6),
-        "cost_score": jnp.clip(2.0 - cost_per_1k / budget, 0.0, 1.0),
-        "knob_changes": changes,
-        "stability": 1.0 - changes / jnp.maximum(jnp.sum(both_valid), 1.0),
-        "num_valid": num_valid,
-    }
+    return statistics_from_sums(episode_sums(traj, params), params)
 
 
 def components(stats: dict[str, Array], grader: str, x_random: Array, x_optimum: Array) -> dict[str, Array]:

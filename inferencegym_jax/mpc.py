@@ -1,27 +1,36 @@
 """Model-predictive controllers over the simulator: a clairvoyant oracle bound and a causal MPC.
 
 Every interval t the controller copies the env state, rolls each candidate configuration (a
-fixed grid-index action) `horizon` intervals ahead in the simulator, scores each rollout by its
-summed reward, and applies the best candidate for interval t only (receding horizon). Two ways to see the future:
+fixed grid-index action) `horizon` intervals ahead in the simulator, scores each rollout (the
+objective below), and applies the best candidate for interval t only (receding horizon). Two
+ways to see the future:
 
   * clairvoyant (`mpc_oracle`): the rollouts use the episode's own keys, fold_in(k_env, t + h),
     so they see the very arrivals and lengths the episode will get. An ORACLE BOUND, not a
     policy: no causal controller knows them.
   * causal (`mpc`): the rollouts use `samples` futures drawn from keys the episode never uses
     (fold_in(fold_in(fold_in(k_plan, t), s), h)), and a candidate's score is its mean over them.
+    A replayed trace draws nothing from keys, so on a trace task each future replays another
+    stretch of the trace instead, from an offset drawn from its key (`_planning_state`).
     It still starts from the true env state (queue, KV cache, the workload's hidden burst phase),
     which a policy sees only through its observation: the strongest fair-ish non-learning
     baseline, and an upper reference for what a learned policy can do with a perfect model.
 
-Objective: the env's reward summed over the rollout's intervals inside the episode (the
-reward's terms: goodput, TTFT, SLO violations, cost, knob changes). Not the grader's score of the
-window: the graders count SLO attainment over the requests decided (admitted, timed out or
-failed), so on a window of a few intervals a configuration that admits nothing (a weight
-reload's stall, batch size 1) leaves its backlog undecided and scores a perfect attainment;
-scored that way, the controller falls to 0.35 on task 2 against the best static 0.82 (16
-episodes). The reward's goodput term charges the backlog at once. Reconfiguration costs are in
-the physics (weight reloads and stalls in `serving`) and in the reward's change penalty, both
-inside the rollout of a candidate that differs from the configuration in force.
+Objectives (`objective`):
+  * "grade" (the default): the task grader's value (`graders`, with the served fraction itself as
+    its throughput) of the episode so far plus the rollout, computed from their summed statistics
+    (`graders.SUM_FIELDS`): the configuration that most raises the episode's final grade. A
+    window alone would be gamed: the graders count SLO attainment over the requests decided, so
+    a configuration that admits nothing leaves its backlog undecided and looks perfect. Here a
+    rollout that ends before the episode does counts its backlog as decided violations: the
+    requests still waiting, and under "completion" accounting the running ones already past an
+    SLO (serving.goodput).
+  * "reward": the env's reward summed over the rollout, the per-interval analogue of the grade.
+    It ranks configurations otherwise where the grade's ratios and the reward's per-interval
+    terms disagree (v1 task 4: the reward-MPC oracle scores below the best static configuration).
+Reconfiguration costs are in the physics (weight reloads and stalls in `serving`) and in the
+objective (the stability component, the reward's change penalty), both inside the rollout of a
+candidate that differs from the configuration in force.
 
 Candidates (`candidate_actions`): the stored best static configuration, every value of each
 active knob with the others at the best static one (its one-knob neighbourhood, whole axes), and
@@ -69,10 +78,10 @@ def candidate_actions(env: InferenceGymEnv, params: EnvParams, task_id: str,
     return np.stack(rows)[np.sort(first)].astype(np.int32)
 
 
-def _window_reward(env: InferenceGymEnv, params: EnvParams, state: EnvState, action: jax.Array, keys: jax.Array,
-                   valid: jax.Array) -> jax.Array:
+def _window_reward(env: InferenceGymEnv, params: EnvParams, state: EnvState, action: jax.Array, keys: jax.Array, *,
+                   valid: jax.Array, past: dict, grader: str, is_open: jax.Array) -> jax.Array:
     """Summed reward of holding `action` from `state` for len(keys) intervals, counting only the
-    intervals inside the episode (`valid`); float32."""
+    intervals inside the episode (`valid`); float32. (`past`, `grader`, `is_open`: unused.)"""
 
     def body(state, key):
         _, state, reward, _, _, _ = env.step_env(key, state, action, params)
@@ -80,6 +89,42 @@ def _window_reward(env: InferenceGymEnv, params: EnvParams, state: EnvState, act
 
     _, rewards = jax.lax.scan(body, state, keys)
     return jnp.sum(valid * rewards)
+
+
+def _step_sums(info: dict, params: EnvParams, first: jax.Array) -> dict:
+    """One interval's contribution to the episode's graders.SUM_FIELDS."""
+    sums = graders.interval_sums(info["metrics"], jnp.sum(info["arrivals"].output_tokens),
+                                 info["applied_action"].quant_tier, params)
+    not_first = 1.0 - first.astype(jnp.float32)
+    return {**sums, "changes": info["reward_components"]["stability"], "pairs": not_first,
+            "num_valid": jnp.float32(1.0)}
+
+
+def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, action: jax.Array, keys: jax.Array, *,
+                  valid: jax.Array, past: dict, grader: str, is_open: jax.Array) -> jax.Array:
+    """The grader's value of the episode so far (`past` sums) plus holding `action` from `state`
+    for len(keys) intervals (those inside the episode, `valid`), with the backlog left at the
+    end counted as decided violations when the episode goes on (`is_open`); float32."""
+
+    def body(state, inputs):
+        key, ok = inputs
+        _, nxt, _, _, _, info = env.step_env(key, state, action, params)
+        sums = _step_sums(info, params, ~state.server.started)
+        return nxt, {k: ok * v for k, v in sums.items()}
+
+    end, window = jax.lax.scan(body, state, (keys, valid.astype(jnp.float32)))
+    total = {k: past[k] + jnp.sum(window[k]) for k in graders.SUM_FIELDS}
+    server = end.server
+    backlog = jnp.sum(server.queue.count)
+    if params.server.slo_accounting == "completion":
+        backlog = backlog + jnp.maximum(server.running.seqs - jnp.sum(server.on_time.seqs), 0.0)
+    backlog = jnp.where(is_open, backlog, 0.0)
+    total = {**total, "decided": total["decided"] + backlog, "violations": total["violations"] + backlog}
+    stats = graders.statistics_from_sums(total, params)
+    return graders.combine(graders.components(stats, grader, 0.0, 1.0), grader)
+
+
+OBJECTIVES = {"grade": _window_grade, "reward": _window_reward}
 
 
 def future_keys(k_env: jax.Array, k_plan: jax.Array, t: jax.Array, horizon: int, samples: int,
@@ -97,35 +142,66 @@ def future_keys(k_env: jax.Array, k_plan: jax.Array, t: jax.Array, horizon: int,
         jnp.arange(samples))
 
 
+# Fold-in tag of a causal plan's trace offset (`_planning_state`).
+FORECAST_OFFSET_TAG = 1
+
+
+def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvoyant: bool,
+                    num_steps: int) -> EnvState:
+    """The state a rollout on future `keys` starts from: the true one, except that a causal plan
+    on a replayed trace (which draws nothing from keys, so every rollout would see the episode's
+    own future) replays it from an offset drawn from the future's first key: another stretch of
+    the same trace, a forecast by the trace's own distribution of load."""
+    if clairvoyant or params.workload.schedule != "trace":
+        return state
+    episode_s = num_steps * params.server.dt_s
+    span = jnp.maximum(jnp.min(params.workload.trace.duration_s) - episode_s, 0.0)
+    u = jax.random.uniform(jax.random.fold_in(keys[0], FORECAST_OFFSET_TAG))
+    return state.replace(workload=state.workload.replace(phase_s=u * span))
+
+
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
-                    horizon: int, samples: int, clairvoyant: bool) -> Trajectory:
+                    horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
+                    objective: str = "grade") -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
     ahead = jnp.arange(horizon)
+    score_window = OBJECTIVES[objective]
+    past = {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}
 
-    def body(state, t):
+    def body(carry, t):
+        state, past = carry
         valid = (t + ahead) < num_steps
         futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
-        score = functools.partial(_window_reward, env, params, state, valid=valid)
-        scores = jax.vmap(lambda a: jnp.mean(jax.vmap(lambda keys: score(a, keys))(futures)))(candidates)
-        action = candidates[jnp.argmax(scores)]
-        _, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        return state, interval_record(reward, info)
+        score = functools.partial(score_window, env, params, valid=valid, past=past, grader=grader,
+                                  is_open=(t + horizon) < num_steps)
 
-    _, traj = jax.lax.scan(body, state, jnp.arange(num_steps))
+        def mean_score(action):
+            return jnp.mean(jax.vmap(lambda keys: score(_planning_state(state, params, keys, clairvoyant, num_steps),
+                                                        action, keys))(futures))
+
+        scores = jax.vmap(mean_score)(candidates)
+        action = candidates[jnp.argmax(scores)]
+        _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
+        step = _step_sums(info, params, ~state.server.started)
+        return (nxt, {k: past[k] + step[k] for k in graders.SUM_FIELDS}), interval_record(reward, info)
+
+    _, traj = jax.lax.scan(body, (state, past), jnp.arange(num_steps))
     return traj
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant"))
-def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant):
+@functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant", "grader",
+                                             "objective"))
+def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective):
     return jax.vmap(lambda k: run_mpc_episode(env, params, candidates, k, num_steps, horizon, samples,
-                                              clairvoyant))(keys)
+                                              clairvoyant, grader, objective))(keys)
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
                      clairvoyant: bool, horizon: int = 10, samples: int = 4, candidates: np.ndarray | None = None,
-                     batch_size: int = BATCH_MULTIPLE, num_steps: int | None = None) -> Trajectory:
+                     batch_size: int = BATCH_MULTIPLE, num_steps: int | None = None,
+                     objective: str = "grade") -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired
     with evaluate.run_episodes' episode i); batches of `batch_size` episodes per jitted call.
 
@@ -134,16 +210,22 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         MPC (`samples` futures from fresh keys).
       horizon: [intervals] each rollout looks ahead, >= 1.
       candidates: int32 (C, 5) index actions (default: `candidate_actions`).
+      objective: "grade" (the task grader's value of the episode so far plus the rollout) or
+        "reward" (the rollout's summed reward); module docstring.
     """
     if horizon < 1 or samples < 1 or num_episodes < 1 or batch_size < 1:
         raise ValueError(f"horizon={horizon}, samples={samples}, num_episodes={num_episodes} and "
                          f"batch_size={batch_size} must be >= 1")
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective={objective!r}: must be one of {sorted(OBJECTIVES)}")
     num_steps = int(num_steps or int(params.max_steps_in_episode))
     cands = jnp.asarray(candidate_actions(env, params, task_id) if candidates is None else candidates, jnp.int32)
+    grader = graders.grader_name(task_id)
     chunks = []
     for start in range(0, num_episodes, batch_size):
         count = min(batch_size, num_episodes - start)
         keys = episode_keys(key, start, count + (-count) % BATCH_MULTIPLE)
-        out = _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant)
+        out = _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
+                         grader, objective)
         chunks.append(jax.tree_util.tree_map(lambda x, c=count: x[:c], out))
     return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *chunks)

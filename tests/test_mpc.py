@@ -5,11 +5,12 @@ reproducible."""
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, mpc
+from inferencegym_jax import baselines, evaluate, graders, mpc
 
 TASK = "InferenceGym-Task2-v0"
 STEPS, HORIZON = 12, 3
@@ -70,3 +71,46 @@ def test_controllers_are_reproducible_and_the_oracle_beats_a_fixed_bad_configura
     assert float(np.mean(a.reward)) > float(np.mean(fixed_bad.reward))
     with pytest.raises(ValueError, match="horizon=0"):
         mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=0)
+    with pytest.raises(ValueError, match="objective='score'"):
+        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, objective="score")
+
+
+@pytest.mark.parametrize("env_id", ["InferenceGym-Task2-v1", "InferenceGym-Task3-v1"])
+def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_that_episode(env_id):
+    """Past sums + a rollout reaching the episode's end = the grader's (unnormalised) value of the
+    whole episode; a rollout that ends earlier counts its backlog as violations."""
+    env, params = ig.make(env_id)
+    grader = graders.grader_name(env_id)
+    action = jnp.asarray(mpc.candidate_actions(env, params, env_id)[0])
+    key = evaluate.episode_keys(evaluate.evaluation_key(6), 0, 1)[0]
+    traj = evaluate.run_episode(env, params, baselines.fixed_policy(action), key, STEPS)
+    want = graders.grade_episodes(jax.tree_util.tree_map(lambda x: x[None], traj), params, grader, 0.0, 1.0, 0.0,
+                                  1.0).score[0]
+    k_reset, k_env, _ = jax.random.split(key, 3)
+    _, state = env.reset_env(k_reset, params)
+    keys = jax.vmap(lambda t: jax.random.fold_in(k_env, t))(jnp.arange(STEPS))
+    past = {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}
+    valid = jnp.ones(STEPS, bool)
+    got = mpc._window_grade(env, params, state, action, keys, valid=valid, past=past, grader=grader,
+                            is_open=jnp.asarray(False))
+    assert float(got) == pytest.approx(float(want), rel=1e-5, abs=1e-6)
+    # split after 5 intervals: the first part's sums as the past, the rest rolled out
+    first = jax.tree_util.tree_map(lambda x: x[None, :5], traj)
+    past = graders.episode_sums(jax.tree_util.tree_map(lambda x: x[0], first), params)
+    mid, _ = jax.lax.scan(lambda s, k: (env.step_env(k, s, action, params)[1], None), state, keys[:5])
+    past = {**past, "pairs": past["pairs"] + 1.0}  # the pair of intervals across the split
+    rest = mpc._window_grade(env, params, mid, action, keys[5:], valid=valid[5:], past=past, grader=grader,
+                             is_open=jnp.asarray(False))
+    assert float(rest) == pytest.approx(float(want), rel=1e-5, abs=1e-6)
+    open_end = mpc._window_grade(env, params, state, action, keys, valid=valid,
+                                 past={k: jnp.float32(0.0) for k in past}, grader=grader, is_open=jnp.asarray(True))
+    assert float(open_end) <= float(got) + 1e-6
+
+
+def test_a_causal_plan_on_a_replayed_trace_forecasts_from_other_stretches_of_it():
+    env, params = ig.make("InferenceGym-Task4-v0")
+    _, state = env.reset_env(jax.random.key(0), params)
+    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 3, HORIZON, 4, clairvoyant=False)
+    phases = [float(mpc._planning_state(state, params, k, False, 200).workload.phase_s) for k in keys]
+    assert len(set(phases)) == 4 and float(state.workload.phase_s) not in phases
+    assert mpc._planning_state(state, params, keys[0], True, 200) is state  # the oracle replays its own
