@@ -135,11 +135,12 @@ def episode_series(episode: Episode, params: EnvParams) -> dict[str, np.ndarray]
 def episode_limits(params: EnvParams) -> dict[str, Any]:
     """What the series are drawn against (host floats).
 
-    Returns ttft_slo_s: {class name: [s]} for the classes with traffic (class_mix > 0);
+    Returns ttft_slo_s: {class name: [s]} for the classes with traffic (class_mix or
+    burst_class_mix > 0);
     tpot_slo_ms: {class name: [ms]}, the same classes; memory_limit_gb [GB]; dt_s [s];
     active_knobs, the names of the knobs the task lets the policy set.
     """
-    mix = np.asarray(params.workload.class_mix)
+    mix = np.maximum(np.asarray(params.workload.class_mix), np.asarray(params.workload.burst_class_mix))
     slos = np.asarray(params.server.ttft_slo_s)
     return {
         "ttft_slo_s": {CLASS_NAMES[c]: float(slos[c]) for c in range(len(slos)) if mix[c] > 0},

@@ -4,6 +4,7 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
     python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
     python scripts/mpc_gap.py --version 1            # the v1 tasks
+    python scripts/mpc_gap.py --objective reward     # plan on the summed reward (the README's v0 table)
 
 Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). Every policy
 plays episodes 0..N-1 of evaluate.evaluation_key(seed), so differences are paired; the 95 %
@@ -23,7 +24,7 @@ import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, mpc
 
 
-def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int) -> list[dict]:
+def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str) -> list[dict]:
     env, params = ig.make(task_id)
     key = evaluate.evaluation_key(seed)
     static = evaluate.evaluate(env, params, baselines.best_static_policy(task_id), key, episodes, task_id).scores
@@ -32,7 +33,7 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     for name, clairvoyant in (("mpc_oracle (oracle bound)", True), ("mpc (causal)", False)):
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
-                                    samples=samples)
+                                    samples=samples, objective=objective)
         scores = evaluate.grade_trajectory(traj, params, task_id).scores
         rows.append({"task": task_id, "policy": name, "score": float(np.mean(scores)),
                      "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
@@ -49,23 +50,26 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=10, help="[intervals] each rollout looks ahead")
     parser.add_argument("--samples", type=int, default=4, help="futures the causal MPC averages over")
     parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
+    parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVES), default="grade",
+                        help="what the controllers plan on (inferencegym_jax.mpc)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     rows = []
     for number in args.task or [1, 2, 3, 4]:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
-        rows += task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples)
+        rows += task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective)
         for row in rows[-3:]:
             print(json.dumps(row), flush=True)
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
-          f"{args.samples} sampled futures for the causal MPC\n")
+          f"{args.samples} sampled futures for the causal MPC, objective {args.objective}\n")
     print("| task | policy | score | gain over best_static (95% CI, paired) | wall s |\n|---|---|---:|---:|---:|")
     for r in rows:
         gain = "" if r["policy"] == "best_static" else f"{r['gain']:+.3f} ± {r['gain_ci95']:.3f}"
         print(f"| {r['task']} | {r['policy']} | {r['score']:.3f} ± {r['ci95']:.3f} | {gain} | {r['seconds']:.0f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon,
-                                               "samples": args.samples, "rows": rows}, indent=2) + "\n")
+        payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
+                   "objective": args.objective, "rows": rows}
+        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -61,13 +61,14 @@ def set_key(overrides: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
 def random_overrides(env_id: str, draw: Draw) -> dict[str, Any]:
     """Overrides for `tasks.make(env_id, **overrides)` redrawing every numeric field."""
     values = {key: draw(spec, key) for key, spec in numeric_fields(env_id)}
-    for dist in ("workload.prompt", "workload.output"):
+    for dist in ("workload.prompt", "workload.output", "workload.burst_prompt"):
         if f"{dist}.low" in values:
             low, high = sorted((values[f"{dist}.low"], values[f"{dist}.high"]))
             values[f"{dist}.low"], values[f"{dist}.high"] = low, high
-    if "workload.class_mix" in values:
-        mix = np.asarray(values["workload.class_mix"], np.float64) + 1e-3
-        values["workload.class_mix"] = [float(x) for x in mix / mix.sum()]
+    for name in ("workload.class_mix", "workload.burst_class_mix"):
+        if name in values:
+            mix = np.asarray(values[name], np.float64) + 1e-3
+            values[name] = [float(x) for x in mix / mix.sum()]
     overrides: dict[str, Any] = {}
     for key, value in values.items():
         set_key(overrides, key, value)
