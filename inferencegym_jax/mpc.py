@@ -117,7 +117,7 @@ def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, acti
     server = end.server
     backlog = jnp.sum(server.queue.count)
     if params.server.slo_accounting == "completion":
-        backlog = backlog + jnp.maximum(server.running.seqs - jnp.sum(server.on_time.seqs), 0.0)
+        backlog = backlog + server.on_time.late_seqs
     backlog = jnp.where(is_open, backlog, 0.0)
     total = {**total, "decided": total["decided"] + backlog, "violations": total["violations"] + backlog}
     stats = graders.statistics_from_sums(total, params)

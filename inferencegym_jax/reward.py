@@ -3,8 +3,8 @@
 docs/DESIGN.md's four terms plus an anti-thrashing term. Each is the per-interval analogue of a
 grader component, so the reward an agent maximises is what it is graded on (tasks 3 and 4
 weight the terms as their grader weighs its components; configs/tasks/*.toml):
-  T = goodput: output tokens of the requests admitted within their SLOs, quality-weighted
-      (INT4 0.96), over the mean offered output tokens per interval; clipped to [0, 2];
+  T = goodput (`serving.goodput`: at admission on v0 tasks, as generated on v1 tasks), quality-
+      weighted (INT4 0.96), over the mean offered output tokens per interval; clipped to [0, 2];
   L = mean over requests of min(TTFT / class SLO, 4) / 4, in [0, 1];
   V = SLO-violation rate, in [0, 1];
   C = spend over budget: (cost - budget x output tokens) / (budget x mean offered output

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import jax
 
+import inferencegym_jax as ig
+
+# The tasks the per-task physics tests run on: every v0 task, and of the v1 tasks those with
+# code paths of their own (task 3: burst regimes, per-class TPOT SLOs; task 4: a replay over
+# 600 intervals; both judge requests at completion). Task1-v1 and Task2-v1 differ from v0
+# only in numbers on those paths. Tests about the registry itself use every registered id.
+PHYSICS_TASK_IDS = [i for i in ig.registered_envs()
+                    if i.endswith("-v0") or i in ("InferenceGym-Task3-v1", "InferenceGym-Task4-v1")]
+
 
 def rollout(env, params, key, actions_fn, num_steps: int):
     """Scan `num_steps` steps of one env; actions_fn(t) gives the action. Returns per-step outputs."""

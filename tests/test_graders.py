@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import PHYSICS_TASK_IDS
 
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, graders
@@ -54,6 +55,14 @@ def test_constants_are_not_stale():
                     err_msg=f"{task_id} {field}: data/grader_constants.json is stale; "
                             "rerun scripts/grader_constants.py",
                 )
+    # The oracle-scaled ceiling comes from the MPC: its probe, on one such task (a compile each).
+    task_id = "InferenceGym-Task3-v1"
+    c = table["tasks"][task_id]
+    fresh = grader_constants.mpc_probe_values(task_id, c["best_static_action"], table["seed"])
+    np.testing.assert_allclose(fresh, c["mpc_probe"], rtol=2e-4, atol=1e-6,
+                               err_msg=f"{task_id} mpc_probe: data/grader_constants.json is stale (the MPC "
+                                       "changed); rerun scripts/grader_constants.py")
+    assert all(("mpc_probe" in c) == (graders.score_scale(t) == "oracle") for t, c in table["tasks"].items())
 
 
 def test_grade_is_bounded_deterministic_and_traced_once(short_traj):
@@ -134,7 +143,7 @@ def test_evaluation_and_training_keys_are_disjoint_streams():
         assert not ({tuple(r) for r in train_eps.tolist()} & {tuple(r) for r in eval_eps.tolist()})
 
 
-@pytest.mark.parametrize("task_id", ig.registered_envs())
+@pytest.mark.parametrize("task_id", PHYSICS_TASK_IDS)
 def test_scores_discriminate_random_default_best_static(task_id):
     """random < vllm_default < best_static on held-out keys, beyond the 95 % CI.
 

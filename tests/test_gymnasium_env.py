@@ -115,7 +115,7 @@ def test_check_env_passes_without_warnings():
 def test_every_task_is_registered_with_a_vector_entry_point():
     for env_id in ig.registered_envs():
         spec = gymnasium.spec(ge.gymnasium_id(env_id))
-        assert spec.namespace == "InferenceGym" and spec.version == 0
+        assert spec.namespace == "InferenceGym" and spec.version == int(env_id.rsplit("-v", 1)[1])
         assert spec.kwargs == {"task_id": env_id}
         assert spec.vector_entry_point == ge.VECTOR_ENTRY_POINT
         assert ge.task_id_of(ge.gymnasium_id(env_id)) == env_id

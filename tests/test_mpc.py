@@ -75,7 +75,7 @@ def test_controllers_are_reproducible_and_the_oracle_beats_a_fixed_bad_configura
         mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, objective="score")
 
 
-@pytest.mark.parametrize("env_id", ["InferenceGym-Task2-v1", "InferenceGym-Task3-v1"])
+@pytest.mark.parametrize("env_id", ["InferenceGym-Task3-v1"])
 def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_that_episode(env_id):
     """Past sums + a rollout reaching the episode's end = the grader's (unnormalised) value of the
     whole episode; a rollout that ends earlier counts its backlog as violations."""

@@ -83,7 +83,7 @@ def serve_interval(
     re = admission.readmitted
     running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
                         running.remaining + re.remaining + pass_.new_output)
-    on_time = admit_on_time(on_time, admission.admitted, ttft, params)
+    on_time = admit_on_time(on_time, admission.admitted, re, ttft, params)
     before_decode = running
     running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
     on_time, good = decode_on_time(on_time, before_decode, running, produced.tpot_s, params)
@@ -97,7 +97,7 @@ def serve_interval(
         on_time = state.on_time  # not tracked: zeros
         outcome = SloOutcome(pass_.new_requests, latency.late, latency.good_tokens)
     else:
-        outcome = SloOutcome(produced.completed, produced.completed - good.good_completed, good.good_tokens)
+        outcome = SloOutcome(produced.completed, good.missed, good.good_tokens)
     next_state = ServerState(next_queue, running, preempted, memory.stall_s, engine.prefill_warmup_s, config,
                              jnp.ones((), bool), on_time)
     metrics = interval_metrics(

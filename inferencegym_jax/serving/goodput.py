@@ -12,9 +12,9 @@ al., OSDI 2024: goodput counts the requests meeting both TTFT and TPOT SLOs).
 The "admission" accounting of the v0 tasks decides a request at admission, against its TTFT
 and the TPOT of its admission interval, and credits its whole output then: a policy could
 admit in a fast interval and decode in slow ones (batch size flipped every interval) at full
-credit. The good pool `types.OnTime` closes that: decode is memoryless (`engine.decode`), so
-the good sequences finish, emit tokens and get preempted in the same proportions as the
-running pool they belong to.
+credit. `types.OnTime` closes that: it splits the running pool into a good and a late part,
+and since decode is memoryless (`engine.decode`) both finish, emit tokens and get preempted in
+the same proportions as the running pool they belong to.
 """
 
 from __future__ import annotations
@@ -36,35 +36,46 @@ def kept_share(before: Sequences, after: Sequences) -> Array:
     return jnp.clip(safe_div(after.seqs, before.seqs), 0.0, 1.0)
 
 
-def admit_on_time(on_time: OnTime, admitted: Queue, ttft: FirstToken, params: ServerParams) -> OnTime:
-    """The good pool with the requests admitted within their class's TTFT SLO added."""
+def admit_on_time(on_time: OnTime, admitted: Queue, readmitted: Sequences, ttft: FirstToken,
+                  params: ServerParams) -> OnTime:
+    """The standing with this interval's admissions: those within their class's TTFT SLO join
+    the good pool, those past it and the readmitted preempted sequences the late one."""
     in_slo = ttft.centre_s <= params.ttft_slo_s[:, None]
-    seqs, remaining = xla_ops.sums((jnp.where(in_slo, admitted.count, 0.0), jnp.where(in_slo, admitted.output, 0.0)),
-                                   axes=(1,))
-    return OnTime(on_time.seqs + seqs, on_time.remaining + remaining)
+    seqs, remaining, late = xla_ops.sums((jnp.where(in_slo, admitted.count, 0.0),
+                                          jnp.where(in_slo, admitted.output, 0.0),
+                                          jnp.where(in_slo, 0.0, admitted.count)), axes=(1,))
+    return OnTime(on_time.seqs + seqs, on_time.remaining + remaining,
+                  on_time.late_seqs + xla_ops.class_sum(late) + readmitted.seqs)
 
 
 class Decoded(NamedTuple):
-    """What the good pool produced in the decode phase; float32 scalars.
+    """What the decode phase decided; float32 scalars.
 
     Attributes:
       good_tokens: [tokens] output tokens generated for good requests within their TPOT SLO.
       good_completed: [requests] good requests that finished.
+      missed: [requests] finished requests that had missed an SLO (now or before).
     """
 
     good_tokens: Array
     good_completed: Array
+    missed: Array
 
 
 def decode_on_time(
     on_time: OnTime, before: Sequences, after: Sequences, tpot_s: Array, params: ServerParams
 ) -> tuple[OnTime, Decoded]:
-    """The good pool through the decode phase: the running pool went from `before` to `after`
-    at `tpot_s` [s per token]; classes whose TPOT SLO it broke lose their good sequences."""
-    done = jnp.clip(1.0 - safe_div(after.seqs, before.seqs), 0.0, 1.0)
+    """The standing through the decode phase: the running pool went from `before` to `after`
+    at `tpot_s` [s per token]; the good sequences of classes whose TPOT SLO it broke turn late."""
+    left_share = jnp.clip(safe_div(after.seqs, before.seqs), 0.0, 1.0)
+    done = 1.0 - left_share
     within = (tpot_s <= params.tpot_slo_s).astype(jnp.float32)  # (3,)
-    generated = on_time.remaining * done
-    completed = on_time.seqs * done
-    decoded = Decoded(xla_ops.class_sum(within * generated), xla_ops.class_sum(within * completed))
-    left = OnTime(on_time.seqs - completed, on_time.remaining - generated)
-    return left.scaled(within), decoded
+    broke = xla_ops.class_sum((1.0 - within) * on_time.seqs)
+    decoded = Decoded(
+        good_tokens=xla_ops.class_sum(within * on_time.remaining) * done,
+        good_completed=xla_ops.class_sum(within * on_time.seqs) * done,
+        missed=(on_time.late_seqs + broke) * done,
+    )
+    left = OnTime(within * on_time.seqs * left_share, within * on_time.remaining * left_share,
+                  (on_time.late_seqs + broke) * left_share)
+    return left, decoded

@@ -59,23 +59,27 @@ SLO_ACCOUNTINGS = ("admission", "completion")
 
 @struct.dataclass
 class OnTime:
-    """The running sequences that have met both their SLOs so far, per class; float32 (3,).
+    """The running sequences' SLO standing, for "completion" accounting (zeros otherwise).
 
-    A subset of `ServerState.running` (the same pool, tracked only under "completion"
-    accounting; zeros otherwise).
+    Both parts are subsets of `ServerState.running`, tracked apart so that a finished
+    request's outcome is a product of non-negative amounts (no difference of two nearly equal
+    sums, whose float32 rounding would count a few millionths of a request either way).
 
     Attributes:
-      seqs: [sequences] admitted within their class's TTFT SLO and never decoded in an
-        interval above its TPOT SLO, nor preempted.
-      remaining: [tokens] of output they still have to generate.
+      seqs: float32 (3,) [sequences] per class, admitted within their class's TTFT SLO and never
+        decoded in an interval above its TPOT SLO, nor preempted.
+      remaining: float32 (3,) [tokens] of output they still have to generate.
+      late_seqs: float32 () [sequences] that have missed an SLO (admitted late, readmitted after
+        a preemption, or decoded too slowly): a violation each when they finish.
     """
 
     seqs: Array
     remaining: Array
+    late_seqs: Array
 
     def scaled(self, fraction: Array) -> OnTime:
-        """Both fields times `fraction` (a scalar, or (3,) per class)."""
-        return OnTime(fraction * self.seqs, fraction * self.remaining)
+        """Every field times `fraction` (a scalar share of the running pool)."""
+        return OnTime(fraction * self.seqs, fraction * self.remaining, fraction * self.late_seqs)
 
 
 @struct.dataclass
@@ -237,7 +241,8 @@ def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
         prefill_warmup_s=z,
         config=config,
         started=jnp.zeros((), bool),
-        on_time=OnTime(jnp.zeros((NUM_CLASSES,), jnp.float32), jnp.zeros((NUM_CLASSES,), jnp.float32)),
+        on_time=OnTime(jnp.zeros((NUM_CLASSES,), jnp.float32), jnp.zeros((NUM_CLASSES,), jnp.float32),
+                       jnp.zeros((), jnp.float32)),
     )
 
 

@@ -88,7 +88,7 @@ def initial_state(n: int, default: ServingAction, num_ages: int) -> ServerState:
     config = ServingAction(*(np.full(n, getattr(default, k), F32) for k in KNOBS))
     return ServerState(Queue(bins, bins.copy(), bins.copy(), bins.copy()), Sequences(z, z.copy(), z.copy()),
                        Sequences(z.copy(), z.copy(), z.copy()), z.copy(), z.copy(), config, np.zeros(n, bool),
-                       OnTime(np.zeros((n, NUM_CLASSES), F32), np.zeros((n, NUM_CLASSES), F32)))
+                       OnTime(np.zeros((n, NUM_CLASSES), F32), np.zeros((n, NUM_CLASSES), F32), np.zeros(n, F32)))
 
 
 def reset(u: np.ndarray, params: Any) -> tuple[Observation, EnvState]:

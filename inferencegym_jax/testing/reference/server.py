@@ -59,10 +59,10 @@ def serve_interval(
     re = admission.readmitted
     running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
                         running.remaining + re.remaining + pass_.new_output)
-    on_time = goodput.admit_on_time(on_time, admission.admitted, ttft.centre_s, params)
+    on_time = goodput.admit_on_time(on_time, admission.admitted, admission.readmitted.seqs, ttft.centre_s, params)
     decoding = running
     running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
-    on_time, good_tokens, good_done = goodput.decode_on_time(on_time, decoding, running, produced.tpot_s, params)
+    on_time, good_tokens, _, late_done = goodput.decode_on_time(on_time, decoding, running, produced.tpot_s, params)
     decoded = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
@@ -72,7 +72,7 @@ def serve_interval(
     if params.slo_accounting == "admission":  # decided at admission, the good pool untracked
         on_time, judged, missed, good = state.on_time, pass_.new_requests, latency.late, latency.good_tokens
     else:  # decided at completion
-        judged, missed, good = produced.completed, produced.completed - good_done, good_tokens
+        judged, missed, good = produced.completed, late_done, good_tokens
     next_state = ServerState(next_queue, running, preempted, memory.stall_s.astype(F32), engine.prefill_warmup_s,
                              config, np.ones_like(state.started), on_time)
     metrics = interval_metrics(
