@@ -71,7 +71,6 @@ GRADER_WEIGHTS: dict[str, dict[str, float]] = {
     "multi_tenant": {"throughput": 0.40, "slo": 0.30, "cost": 0.20, "stability": 0.10},
 }
 PRODUCT_GRADERS = frozenset({"ttft_memory"})
-SCORE_SCALES = ("best_static", "oracle")
 # Fields of a trajectory the graders read: name -> rank of its leaves (episodes, time[, ...]).
 REQUIRED_FIELDS: dict[str, int] = {"metrics": 2, "action": 2, "offered_tokens": 2, "valid": 2}
 METRIC_FIELDS = ("good_tokens", "output_tokens", "slo_violations", "admitted", "completed", "timeouts", "failed",
@@ -128,7 +127,7 @@ def grader_name(task_id: str) -> str:
 
 
 def score_scale(task_id: str) -> str:
-    """The task's score scale, one of SCORE_SCALES (module docstring)."""
+    """The task's score scale, one of task_config.SCORE_SCALES (module docstring)."""
     from inferencegym_jax.tasks import task_config
 
     return task_config(task_id).score_scale

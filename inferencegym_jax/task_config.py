@@ -23,6 +23,8 @@ from inferencegym_jax.serving.types import SLO_ACCOUNTINGS
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 
+# What a score of 1 is (inferencegym_jax.graders, "Score scale").
+SCORE_SCALES = ("best_static", "oracle")
 MAX_TOKENS = 131072.0  # [tokens] longest context of current open models (Llama 3.1: 128 k)
 MAX_SIGMA = 3.0  # log-space standard deviation of a length distribution
 HOUR_S = 3600.0  # [s]
@@ -164,8 +166,8 @@ class TaskConfig:
     name: str = text("human-readable name")
     difficulty: str = choice(("easy", "medium", "hard"), "difficulty label")
     grader: str = text("grader of the task (inferencegym_jax.graders.GRADER_WEIGHTS)")
-    score_scale: str = choice(("best_static", "oracle"), "what a score of 1 is: the best static configuration (v0) "
-                                                         "or the clairvoyant MPC oracle (inferencegym_jax.graders)")
+    score_scale: str = choice(SCORE_SCALES, "what a score of 1 is: the best static configuration (v0) or the "
+                                            "clairvoyant ceiling (inferencegym_jax.graders)")
     gpu: str = choice(tuple(GPUS), "accelerator profile (inferencegym_jax.profiles)")
     model: str = choice(SERVED_MODELS, "served model")
     draft: str = choice(tuple(DRAFTS), "speculative draft method")

@@ -14,13 +14,13 @@ Arrival schedules (`schedule`, static):
   "constant": rate = base_rate.
   "periodic": rate = base_rate * burst_multiplier for burst_duration_s of every
     burst_period_s, else base_rate; the phase is drawn at reset.
-  A burst of either schedule can be a traffic regime of its own: its requests split over the
-  classes by `burst_class_mix` and draw their prompts from `burst_prompt` (a document tenant's
-  batch job among chat traffic, say); both equal the base traffic's by default.
   "mmpp": a two-state Markov-modulated Poisson process: bursts at burst_multiplier * base_rate
     start with probability dt / burst_gap_s per interval and end with probability
     dt / burst_duration_s (mean gap and mean burst length in seconds).
   "trace": replay of a recorded trace (see `trace` below).
+A burst of "periodic" or "mmpp" can be a traffic regime of its own: its requests split over the
+classes by `burst_class_mix` and draw their prompts from `burst_prompt` (a document tenant's
+batch job among chat traffic, say); both equal the base traffic's by default.
 
 Length distributions (`LengthDist.kind`, per class, traced):
   0 uniform on [low, high]; 1 lognormal (median1, sigma1) clamped to [low, high];
@@ -393,8 +393,7 @@ def mean_rate(params: WorkloadParams) -> Array:
     if params.schedule == "trace":
         n = jnp.sum(jnp.isfinite(params.trace.arrival_s[:, 1:]), axis=1)
         return jnp.sum(n / params.trace.duration_s)
-    frac = _burst_time_fraction(params) if params.schedule in ("periodic", "mmpp") else 0.0
-    return params.base_rate * (1.0 + frac * (params.burst_multiplier - 1.0))
+    return params.base_rate * (1.0 + _burst_time_fraction(params) * (params.burst_multiplier - 1.0))
 
 
 def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:

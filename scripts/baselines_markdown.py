@@ -1,6 +1,6 @@
 """The README's baseline table from the JSON `inferencegym baselines --json` writes.
 
-    inferencegym baselines --episodes 256 --seed 0 --json results/baselines.json
+    inferencegym baselines --task 1 --task 2 --task 3 --task 4 --episodes 256 --seed 0 --json results/baselines.json
     python scripts/baselines_markdown.py results/baselines.json
 """
 
