@@ -50,7 +50,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import graders
+from inferencegym_jax import graders, workload
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
@@ -154,10 +154,10 @@ def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvo
     the same trace, a forecast by the trace's own distribution of load."""
     if clairvoyant or params.workload.schedule != "trace":
         return state
-    episode_s = num_steps * params.server.dt_s
-    span = jnp.maximum(jnp.min(params.workload.trace.duration_s) - episode_s, 0.0)
     u = jax.random.uniform(jax.random.fold_in(keys[0], FORECAST_OFFSET_TAG))
-    return state.replace(workload=state.workload.replace(phase_s=u * span))
+    draws = jnp.stack([u, jnp.float32(0.0)])  # a reset's draws: the offset, no burst (a trace has none)
+    offset = workload.init_from_draws(draws, params.workload, num_steps * params.server.dt_s).phase_s
+    return state.replace(workload=state.workload.replace(phase_s=offset))
 
 
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
