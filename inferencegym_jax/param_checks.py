@@ -20,6 +20,7 @@ from inferencegym_jax import validation
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.profiles import QUANT_TIERS
 from inferencegym_jax.task_config import (
+    HOUR_S,
     MAX_TOKENS,
     ActionConfig,
     LengthConfig,
@@ -68,6 +69,10 @@ def _leaf_specs() -> dict[str, tuple[Spec, tuple[int, ...]]]:
     out["reward.throughput_ref"] = (
         Spec("number", "offered output-token rate", "tokens/s", 0, _MAX_RATE * MAX_TOKENS, low_open=True), ())
     out["reward.cost_budget_per_1k"] = (_spec(RewardConfig, "cost_budget_per_1k"), ())
+    out["reward.requests_ref"] = (
+        Spec("number", "mean arrivals per interval", "requests", 0, _MAX_RATE * HOUR_S, low_open=True), ())
+    # Peak over mean rate: at most the burst multiplier's bound, or a trace's busiest minute.
+    out["reward.peak_ratio"] = (Spec("number", "peak over mean arrival rate", "", 1, _MAX_RATE), ())
     for name in KNOBS:
         out[f"default_action.{name}"] = (_spec(ActionConfig, name), ())
     out["max_steps_in_episode"] = (_spec(TaskConfig, "max_steps"), ())

@@ -19,6 +19,7 @@ import dataclasses
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
+from inferencegym_jax.reward import KINDS as REWARD_KINDS
 from inferencegym_jax.serving.types import SLO_ACCOUNTINGS
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
@@ -140,6 +141,8 @@ class RewardConfig:
     weights: tuple[float, ...] = vector("", 5, 0, 10, "alpha (goodput), beta (TTFT), gamma (SLO violations), "
                                                       "delta (cost), epsilon (knob changes)")
     cost_budget_per_1k: float = number("$ per 1k output tokens", MIN_BUDGET, 1000, "cost budget")
+    kind: str = choice(REWARD_KINDS, "'rates': the terms are the interval's rates (v0); 'increments': what the "
+                                     "interval adds to the grader's episode sums (v1; inferencegym_jax.reward)")
 
 
 def _knob(name: str) -> object:

@@ -155,6 +155,9 @@ def build_params(cfg: TaskConfig) -> EnvParams:
         weights=f32(cfg.reward.weights),
         throughput_ref=f32(workload.mean_rate(wl) * mean_output),
         cost_budget_per_1k=f32(cfg.reward.cost_budget_per_1k),
+        requests_ref=f32(workload.mean_rate(wl) * s.dt_s),
+        peak_ratio=f32(jnp.maximum(workload.peak_rate(wl) / workload.mean_rate(wl), 1.0)),
+        kind=cfg.reward.kind,
     )
     return EnvParams(
         server=server,

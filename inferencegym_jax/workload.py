@@ -396,6 +396,23 @@ def mean_rate(params: WorkloadParams) -> Array:
     return params.base_rate * (1.0 + _burst_time_fraction(params) * (params.burst_multiplier - 1.0))
 
 
+# Window of a trace's peak rate: the per-minute resolution of the Azure load curve
+# (scripts/azure_load_curve.py) [s].
+PEAK_WINDOW_S = 60.0
+
+
+def peak_rate(params: WorkloadParams) -> Array:
+    """Highest scheduled arrival rate [req/s]: the burst rate ("periodic", "mmpp"), the base rate
+    ("constant"), or a trace's busiest PEAK_WINDOW_S window (all classes together)."""
+    if params.schedule == "trace":
+        arrivals = jnp.sort(params.trace.arrival_s[:, 1:].reshape(-1))  # +inf padding sorts last
+        in_window = jnp.searchsorted(arrivals, arrivals + PEAK_WINDOW_S) - jnp.arange(arrivals.size)
+        return jnp.max(jnp.where(jnp.isfinite(arrivals), in_window, 0)) / PEAK_WINDOW_S
+    if params.schedule in ("periodic", "mmpp"):
+        return params.base_rate * jnp.maximum(params.burst_multiplier, 1.0)
+    return params.base_rate
+
+
 def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
     """Mean prompt and output lengths [tokens] per request: mix-weighted, over the base and the
     burst regimes in proportion to the requests each brings (trace: over the whole trace)."""

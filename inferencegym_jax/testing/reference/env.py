@@ -55,21 +55,30 @@ def reward(m: IntervalMetrics, params: Any, server_params: Any, applied: Serving
            changed: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Per-interval reward in [-1, 1] and its components (reward.reward):
     R = w0 T - w1 L - w2 V - w3 C - w4 S, T goodput over the offered tokens (quality-weighted),
-    L the TTFT ratio, V the violation rate, C spend over budget, S a configuration change."""
+    L the TTFT ratio, V the violation rate, C spend over budget, S a configuration change.
+    Kind "increments": V is 1 - requests that met their SLOs over the mean requests per
+    interval, T and C unclipped, and the sum divided by the peak-to-mean rate ratio before the clip."""
+    increments = params.kind == "increments"
     quality = 1.0 - roofline.select_profile(server_params.profiles, applied.quant_tier).quality_loss
     offered = params.throughput_ref * server_params.dt_s  # [tokens] per interval
     spend_budget = params.cost_budget_per_1k * offered / TOKENS_PER_BUDGET_UNIT
     over_budget = m.cost_usd - params.cost_budget_per_1k * m.output_tokens / TOKENS_PER_BUDGET_UNIT
+    throughput = (m.good_tokens * quality / offered).astype(F32)
+    judged = m.completed if server_params.slo_accounting == "completion" else m.admitted
+    met_slo = np.maximum(judged + m.timeouts + m.failed - m.slo_violations, 0.0)  # [requests] within their SLOs
+    cost = (over_budget / spend_budget).astype(F32)
     components = {
-        "throughput": np.clip(m.good_tokens * quality / offered, 0.0, THROUGHPUT_MAX).astype(F32),
+        "throughput": throughput if increments else np.clip(throughput, 0.0, THROUGHPUT_MAX).astype(F32),
         "latency": m.ttft_slo_ratio,
-        "violations": m.slo_violation_rate,
-        "cost": np.clip(over_budget / spend_budget, -1.0, 1.0).astype(F32),
+        "violations": (1.0 - met_slo / params.requests_ref).astype(F32) if increments else m.slo_violation_rate,
+        "cost": cost if increments else np.clip(cost, -1.0, 1.0).astype(F32),
         "stability": changed.astype(F32),
     }
     w = params.weights
     total = (w[0] * components["throughput"] - w[1] * components["latency"] - w[2] * components["violations"]
              - w[3] * components["cost"] - w[4] * components["stability"])
+    if increments:
+        total = total / params.peak_ratio
     return np.clip(total, -1.0, 1.0).astype(F32), components
 
 
