@@ -89,6 +89,12 @@ class PPOConfig:
                                            "moves each knob by -1, 0 or +1 grid step from the value in force; "
                                            "'hold': it keeps each knob's value in force or sets any grid index",
                                lambda v: v in ("absolute", "relative", "hold"), "'absolute', 'relative' or 'hold'")
+    history_windows: int = _static(0, "observe the arrivals of the last history_windows windows of "
+                                      "history_window_intervals intervals each (wrappers.ArrivalHistoryWrapper), "
+                                      "so a policy can see a burst cycle or a trend; 0: the observation alone",
+                                   lambda v: 0 <= v <= 1024, "in [0, 1024]")
+    history_window_intervals: int = _static(5, "intervals per window of the arrival history [intervals]",
+                                            lambda v: 1 <= v <= 1024, "in [1, 1024]")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
                                         "task's default action (absolute mode), 'no change' (relative and hold "
                                         "modes) or the best static configuration; 0: a uniform start",

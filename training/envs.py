@@ -4,7 +4,8 @@
 shape, optionally with a prior on one action. This module turns a config into those inputs:
 
 * the env: `ig.make(config.task)` (or a given env), wrapped by `inferencegym_jax.wrappers` for
-  action_mode 'hold' or 'relative' (a plain serving env is the 'absolute' layout);
+  action_mode 'hold' or 'relative' (a plain serving env is the 'absolute' layout) and, with
+  `config.history_windows`, by `ArrivalHistoryWrapper` outside that;
 * the initial action (`config.initial_action`, when `config.default_logit > 0`) the initial
   policy favours, in the wrapped env's action space (`wrappers.initial_action`);
 * the warm-up action `desync_envs` steps the envs with: the task default ('default').
@@ -79,6 +80,12 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
     params = default_params if env_params is None else env_params
     env = _in_layout(config, env)
     if not is_serving_env(env):
+        if config.history_windows:
+            raise ValueError(f"config key 'history_windows' = {config.history_windows}: the arrival history needs a "
+                             "serving env (its arrivals)")
         return TrainingEnv(env, params, None, np.zeros(len(env.action_space(params).nvec), np.int32))
     initial = wrappers.initial_action(env, params, config.initial_action) if config.default_logit > 0 else None
-    return TrainingEnv(env, params, initial, wrappers.initial_action(env, params, "default"))
+    warmup = wrappers.initial_action(env, params, "default")
+    if config.history_windows:  # outermost: it changes the observation only, not the actions priors are in
+        env = wrappers.ArrivalHistoryWrapper(env, config.history_windows, config.history_window_intervals)
+    return TrainingEnv(env, params, initial, warmup)

@@ -109,7 +109,10 @@ def checkpoint_policy(directory: str, task_id: str, params: Any) -> Policy:
         raise ValueError(f"--checkpoint {directory!r}: trained with other env params than {task_id}'s defaults")
     runner = load_checkpoint(directory, trainer)
     policy = trainer.policy(runner.params, runner.obs_stats, config.deterministic_eval)
-    return wrappers.base_action_policy(trainer.env, policy)
+    try:
+        return wrappers.base_action_policy(trainer.env, policy)
+    except ValueError as err:  # a stateful policy (history_windows) has no per-interval form
+        raise ValueError(f"--checkpoint {directory!r}: {err}") from None
 
 
 class ServerCore:

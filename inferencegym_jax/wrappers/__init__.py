@@ -4,6 +4,7 @@
 |------------------------------|------------------------------|--------------------------------------------|
 | HoldActions / RelativeActions| unchanged                    | MultiDiscrete, relative to the knobs in force |
 | FlattenObservationWrapper    | float32 (OBS_SIZE,) in [0, 1]| unchanged                                  |
+| ArrivalHistoryWrapper        | flat + arrivals per window   | unchanged (a stateful policy: no inner one) |
 | JointDiscreteActionWrapper   | unchanged                    | Discrete(prod(nvec)), one joint action     |
 | `to_gymnax(env, params)`     | flat, gymnax Box             | joint, gymnax Discrete; optional 5-value step |
 
@@ -24,6 +25,7 @@ from inferencegym_jax.wrappers.base import (
 )
 from inferencegym_jax.wrappers.flatten import FlattenObservationWrapper
 from inferencegym_jax.wrappers.gymnax_compat import GymnaxEnv, to_gymnax
+from inferencegym_jax.wrappers.history import ArrivalHistoryWrapper, HistoryState
 from inferencegym_jax.wrappers.joint_discrete import JointDiscreteActionWrapper
 from inferencegym_jax.wrappers.knob_actions import (
     ACTION_MODES,
@@ -41,12 +43,14 @@ from inferencegym_jax.wrappers.knob_actions import (
 __all__ = [
     "ABSOLUTE",
     "ACTION_MODES",
+    "ArrivalHistoryWrapper",
     "HOLD",
     "INITIAL_ACTIONS",
     "RELATIVE",
     "WRAPPERS",
     "FlattenObservationWrapper",
     "GymnaxEnv",
+    "HistoryState",
     "HoldActions",
     "JointDiscreteActionWrapper",
     "KnobActions",
