@@ -244,6 +244,7 @@ def test_tasks_info_and_health(http):
     assert task["active_knobs"] == ["kv_budget", "batch_size"]
     info = http.get("/info").json()
     assert info["reward"]["range"] == [-1.0, 1.0] and info["knobs"] == list(KNOBS)
+    assert info["reward"]["kind"] == {TASK: "increments" if TASK.endswith("-v1") else "rates"}
     assert info["observation_fields"]["ttft_p99_s"]["unit"] == "s"
     assert "batch_size" in info["action_schema"]["properties"]
     assert http.get("/health").json()["status"] == "healthy"

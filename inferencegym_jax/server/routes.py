@@ -150,8 +150,10 @@ def info_body(core: ServerCore) -> dict[str, Any]:
             "range": [-1.0, 1.0],
             "weights": {task_id: dict(zip(reward.COMPONENTS, np.asarray(pool.params.reward.weights).tolist()))
                         for task_id, pool in core.pools.items()},
+            "kind": {task_id: pool.params.reward.kind for task_id, pool in core.pools.items()},
             "doc": "R = alpha throughput - beta latency - gamma violations - delta cost - epsilon stability per "
-                   "interval, clipped to [-1, 1]; weights by term (reward.py)",
+                   "interval, clipped to [-1, 1]; weights by term; kind 'rates' (v0: the interval's rates) or "
+                   "'increments' (v1: what the interval adds to the grade) (reward.py)",
         },
         "grader_record_schema": schemas.IntervalRecord.model_json_schema(),
         "limits": {"max_sessions": core.store.max_sessions, "max_log_intervals": schemas.MAX_LOG_INTERVALS,
