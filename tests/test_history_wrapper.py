@@ -140,3 +140,5 @@ def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
         from training.envs import training_env
 
         training_env(config.replace(action_mode="absolute"), probes.ActionReward())
+    with pytest.raises(ValueError, match="has an arrival history already"):
+        training_env(config, trainer.env)

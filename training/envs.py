@@ -78,6 +78,9 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
     else:
         default_params = env.default_params
     params = default_params if env_params is None else env_params
+    if isinstance(env, wrappers.ArrivalHistoryWrapper):
+        raise ValueError("the env given has an arrival history already: pass the env under it, and set config key "
+                         "'history_windows' to add one")
     env = _in_layout(config, env)
     if not is_serving_env(env):
         if config.history_windows:
