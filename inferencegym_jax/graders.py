@@ -62,6 +62,7 @@ from inferencegym_jax import validation
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams
 from inferencegym_jax.package_files import shipped
+from inferencegym_jax.serving.types import judged_metric
 
 Array = Any
 # Components of each grader and their weights; "ttft_memory" multiplies its components.
@@ -190,8 +191,8 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
 
 def judged_field(params: EnvParams) -> str:
     """The metric counting the requests an interval judged against their SLOs: "admitted", or
-    "completed" under "completion" SLO accounting (serving.goodput)."""
-    return "completed" if params.server.slo_accounting == "completion" else "admitted"
+    "completed" under "completion" SLO accounting (serving.types.judged_metric)."""
+    return judged_metric(params.server.slo_accounting)
 
 
 # The per-episode sums the statistics are ratios of (`episode_sums`): name -> what it adds up.

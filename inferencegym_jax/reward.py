@@ -42,6 +42,7 @@ from flax import struct
 
 from inferencegym_jax import serving
 from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.serving.types import judged_metric
 
 Array = Any
 
@@ -80,7 +81,7 @@ class RewardParams:
 def met_slo(m: serving.IntervalMetrics, server: serving.ServerParams) -> jax.Array:
     """[requests] decided in the interval within their SLOs: the decided ones (admitted, or
     completed under "completion" accounting, + timed out + failed) less the violations."""
-    judged = m.completed if server.slo_accounting == "completion" else m.admitted
+    judged = getattr(m, judged_metric(server.slo_accounting))
     return jnp.maximum(judged + m.timeouts + m.failed - m.slo_violations, 0.0)
 
 

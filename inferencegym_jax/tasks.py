@@ -151,12 +151,13 @@ def build_params(cfg: TaskConfig) -> EnvParams:
     )
     wl = _workload(cfg.workload)
     _, mean_output = workload.mean_lengths(wl)
+    mean_rate = workload.mean_rate(wl)
     reward = RewardParams(
         weights=f32(cfg.reward.weights),
-        throughput_ref=f32(workload.mean_rate(wl) * mean_output),
+        throughput_ref=f32(mean_rate * mean_output),
         cost_budget_per_1k=f32(cfg.reward.cost_budget_per_1k),
-        requests_ref=f32(workload.mean_rate(wl) * s.dt_s),
-        peak_ratio=f32(jnp.maximum(workload.peak_rate(wl) / workload.mean_rate(wl), 1.0)),
+        requests_ref=f32(mean_rate * s.dt_s),
+        peak_ratio=f32(jnp.maximum(workload.peak_rate(wl) / mean_rate, 1.0)),
         kind=cfg.reward.kind,
     )
     return EnvParams(

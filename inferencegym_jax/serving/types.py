@@ -57,6 +57,12 @@ class ServerParams:
 SLO_ACCOUNTINGS = ("admission", "completion")
 
 
+def judged_metric(slo_accounting: str) -> str:
+    """The IntervalMetrics field counting the requests an interval judged against their SLOs:
+    "admitted", or "completed" under "completion" accounting (serving.goodput)."""
+    return "completed" if slo_accounting == "completion" else "admitted"
+
+
 @struct.dataclass
 class OnTime:
     """The running sequences' SLO standing, for "completion" accounting (zeros otherwise).
