@@ -12,9 +12,12 @@ ways to see the future:
     (fold_in(fold_in(fold_in(k_plan, t), s), h)), and a candidate's score is its mean over them.
     A replayed trace draws nothing from keys, so on a trace task each future replays another
     stretch of the trace instead, from an offset drawn from its key (`_planning_state`).
-    It still starts from the true env state (queue, KV cache, the workload's hidden burst phase),
-    which a policy sees only through its observation: the strongest fair-ish non-learning
-    baseline, and an upper reference for what a learned policy can do with a perfect model.
+    The traffic's hidden state (a periodic burst's phase, whether an MMPP burst is on) is, for
+    each future, a draw from the posterior given the arrivals seen so far (`traffic_belief`,
+    `traffic_state="belief"`, the default): with the true one (`traffic_state="true"`) a plan
+    would know when every future periodic burst comes. The server's state (queue, KV cache,
+    running batch) is the true one, which a policy sees through its observation's summaries:
+    the strongest fair non-learning baseline, a policy with a perfect model of the server.
 
 Objectives (`objective`):
   * "grade" (the default): the task grader's value (`graders`, with the served fraction itself as
@@ -50,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import graders, workload
+from inferencegym_jax import graders, traffic_belief, workload
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
@@ -146,13 +149,27 @@ def future_keys(k_env: jax.Array, k_plan: jax.Array, t: jax.Array, horizon: int,
 FORECAST_OFFSET_TAG = 1
 
 
+# Fold-in tag of a causal plan's draw of the hidden traffic state from its belief (`_planning_state`).
+BELIEF_SAMPLE_TAG = 2
+# Where a causal plan's hidden traffic state comes from (`run_mpc_episodes(traffic_state=...)`).
+TRAFFIC_STATES = ("belief", "true")
+
+
 def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvoyant: bool,
-                    num_steps: int) -> EnvState:
-    """The state a rollout on future `keys` starts from: the true one, except that a causal plan
-    on a replayed trace (which draws nothing from keys, so every rollout would see the episode's
-    own future) replays it from an offset drawn from the future's first key: another stretch of
-    the same trace, a forecast by the trace's own distribution of load."""
-    if clairvoyant or params.workload.schedule != "trace":
+                    num_steps: int, belief: traffic_belief.TrafficBelief | None = None) -> EnvState:
+    """The state a rollout on future `keys` starts from: the true one, except in a causal plan
+      * on a replayed trace (which draws nothing from keys, so every rollout would see the
+        episode's own future): replayed from an offset drawn from the future's first key,
+        another stretch of the same trace, a forecast by the trace's own distribution of load;
+      * with a `belief`: the hidden traffic state (a periodic burst's phase, an MMPP burst's
+        on/off) drawn from the posterior given the arrivals seen so far (`traffic_belief`).
+    """
+    if clairvoyant:
+        return state
+    if belief is not None:
+        k_sample = jax.random.fold_in(keys[0], BELIEF_SAMPLE_TAG)
+        state = state.replace(workload=traffic_belief.sample(belief, k_sample, state.workload, params.workload))
+    if params.workload.schedule != "trace":
         return state
     u = jax.random.uniform(jax.random.fold_in(keys[0], FORECAST_OFFSET_TAG))
     draws = jnp.stack([u, jnp.float32(0.0)])  # a reset's draws: the offset, no burst (a trace has none)
@@ -162,46 +179,55 @@ def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvo
 
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
                     horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
-                    objective: str = "grade") -> Trajectory:
+                    objective: str = "grade", traffic_state: str = "belief") -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
     ahead = jnp.arange(horizon)
     score_window = OBJECTIVES[objective]
     past = {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}
+    use_belief = not clairvoyant and traffic_state == "belief"
+    dt = params.server.dt_s
 
     def body(carry, t):
-        state, past = carry
+        state, past, belief = carry
         valid = (t + ahead) < num_steps
         futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
         score = functools.partial(score_window, env, params, valid=valid, past=past, grader=grader,
                                   is_open=(t + horizon) < num_steps)
 
         def mean_score(action):
-            return jnp.mean(jax.vmap(lambda keys: score(_planning_state(state, params, keys, clairvoyant, num_steps),
-                                                        action, keys))(futures))
+            def one_future(keys):
+                start = _planning_state(state, params, keys, clairvoyant, num_steps, belief if use_belief else None)
+                return score(start, action, keys)
+
+            return jnp.mean(jax.vmap(one_future)(futures))
 
         scores = jax.vmap(mean_score)(candidates)
         action = candidates[jnp.argmax(scores)]
         _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
         step = _step_sums(info, params, ~state.server.started)
-        return (nxt, {k: past[k] + step[k] for k in graders.SUM_FIELDS}), interval_record(reward, info)
+        belief = traffic_belief.update(belief, info["arrivals"].count, t.astype(jnp.float32) * dt, dt,
+                                       params.workload)
+        return (nxt, {k: past[k] + step[k] for k in graders.SUM_FIELDS}, belief), interval_record(reward, info)
 
-    _, traj = jax.lax.scan(body, (state, past), jnp.arange(num_steps))
+    carry = (state, past, traffic_belief.init(params.workload))
+    _, traj = jax.lax.scan(body, carry, jnp.arange(num_steps))
     return traj
 
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant", "grader",
-                                             "objective"))
-def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective):
+                                             "objective", "traffic_state"))
+def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective,
+               traffic_state):
     return jax.vmap(lambda k: run_mpc_episode(env, params, candidates, k, num_steps, horizon, samples,
-                                              clairvoyant, grader, objective))(keys)
+                                              clairvoyant, grader, objective, traffic_state))(keys)
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
                      clairvoyant: bool, horizon: int = 10, samples: int = 4, candidates: np.ndarray | None = None,
                      batch_size: int = BATCH_MULTIPLE, num_steps: int | None = None,
-                     objective: str = "grade") -> Trajectory:
+                     objective: str = "grade", traffic_state: str = "belief") -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired
     with evaluate.run_episodes' episode i); batches of `batch_size` episodes per jitted call.
 
@@ -212,12 +238,17 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
       candidates: int32 (C, 5) index actions (default: `candidate_actions`).
       objective: "grade" (the task grader's value of the episode so far plus the rollout) or
         "reward" (the rollout's summed reward); module docstring.
+      traffic_state: where the causal MPC's hidden traffic state comes from: "belief" (the
+        posterior given the arrivals so far, `traffic_belief`: the fair baseline) or "true" (the
+        episode's own burst phase or MMPP state: a reference for a perfect traffic-state estimate).
     """
     if horizon < 1 or samples < 1 or num_episodes < 1 or batch_size < 1:
         raise ValueError(f"horizon={horizon}, samples={samples}, num_episodes={num_episodes} and "
                          f"batch_size={batch_size} must be >= 1")
     if objective not in OBJECTIVES:
         raise ValueError(f"objective={objective!r}: must be one of {sorted(OBJECTIVES)}")
+    if traffic_state not in TRAFFIC_STATES:
+        raise ValueError(f"traffic_state={traffic_state!r}: must be one of {list(TRAFFIC_STATES)}")
     num_steps = int(num_steps or int(params.max_steps_in_episode))
     cands = jnp.asarray(candidate_actions(env, params, task_id) if candidates is None else candidates, jnp.int32)
     grader = graders.grader_name(task_id)
@@ -226,6 +257,6 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         count = min(batch_size, num_episodes - start)
         keys = episode_keys(key, start, count + (-count) % BATCH_MULTIPLE)
         out = _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
-                         grader, objective)
+                         grader, objective, traffic_state)
         chunks.append(jax.tree_util.tree_map(lambda x, c=count: x[:c], out))
     return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *chunks)
