@@ -15,8 +15,9 @@ saved checkpoints again without training. Writes OUT/results.json and OUT/result
 markdown table) and prints the table.
 
 With --mpc the table also has the model-predictive controllers of inferencegym_jax.mpc on the
-same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, with their
-default horizon, samples and candidates) and a "gap closed" column: (PPO - best_static) /
+same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, which plans
+from the traffic belief, `inferencegym_jax.traffic_belief`; their default horizon, samples and
+candidates) and a "gap closed" column: (PPO - best_static) /
 (mpc_oracle - best_static), the share of the room the oracle shows that PPO takes.
 """
 
