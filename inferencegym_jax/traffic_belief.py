@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from inferencegym_jax import workload
 from inferencegym_jax.workload import WorkloadParams, WorkloadState
 
 Array = Any
@@ -58,19 +59,24 @@ def grid_phases(params: WorkloadParams) -> jax.Array:
     return jnp.arange(PHASE_GRID, dtype=jnp.float32) * (params.burst_period_s / PHASE_GRID)
 
 
+def _on_per_phase(t_s: Array, params: WorkloadParams) -> jax.Array:
+    """bool (PHASE_GRID,), whether a "periodic" burst is on at t_s for each grid phase."""
+    grid = WorkloadState(in_burst=jnp.asarray(False), phase_s=grid_phases(params))
+    return workload.burst_on(grid, t_s, params)
+
+
 def init(params: WorkloadParams) -> TrafficBelief:
     """The prior: every phase alike; an MMPP burst on with its long-run probability."""
     log_burst = jnp.zeros(2, jnp.float32)
     if params.schedule == "mmpp":
-        p_on = params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
+        p_on = workload.burst_time_fraction(params)
         log_burst = jnp.log(jnp.stack([1.0 - p_on, p_on]).astype(jnp.float32))
     return TrafficBelief(log_phase=jnp.zeros(PHASE_GRID, jnp.float32), log_burst=log_burst)
 
 
 def _log_likelihoods(count: Array, dt_s: Array, params: WorkloadParams) -> jax.Array:
     """float32 (2,), log P(count | off), log P(count | on) up to the shared factorial terms."""
-    lam_off = params.base_rate * dt_s * params.class_mix
-    lam_on = params.base_rate * dt_s * params.burst_class_mix * params.burst_multiplier
+    lam_off, lam_on = workload.class_means(dt_s, params)
 
     def log_poisson(lam):  # xlogy: a class with no rate and no arrivals adds 0, not nan
         return jnp.sum(jax.scipy.special.xlogy(count, lam) - lam)
@@ -86,13 +92,13 @@ def update(belief: TrafficBelief, count: Array, t_s: Array, dt_s: Array, params:
     # A count neither hypothesis allows (not from this model) leaves the belief as it was.
     loglik = jnp.where(jnp.all(jnp.isneginf(loglik)), 0.0, loglik)
     if params.schedule == "periodic":
-        on = jnp.mod(t_s + grid_phases(params), params.burst_period_s) < params.burst_duration_s
+        on = _on_per_phase(t_s, params)
         log_phase = belief.log_phase + jnp.where(on, loglik[1], loglik[0])
         return belief.replace(log_phase=log_phase - jnp.max(log_phase))
     # mmpp: condition on the count, then step the chain once (workload.advance's flips).
     post = belief.log_burst + loglik
     post = post - jax.scipy.special.logsumexp(post)
-    leave_off, leave_on = dt_s / params.burst_gap_s, dt_s / params.burst_duration_s
+    leave_off, leave_on = workload.mmpp_flip_probabilities(dt_s, params)
     transition = jnp.array([[1.0 - leave_off, leave_off], [leave_on, 1.0 - leave_on]], jnp.float32)
     log_next = jax.scipy.special.logsumexp(post[:, None] + jnp.log(transition), axis=0)
     return belief.replace(log_burst=log_next)
@@ -116,7 +122,7 @@ def probability_on(belief: TrafficBelief, t_s: Array, params: WorkloadParams) ->
     """float32, the belief's probability that a burst is on at t_s (for tests and plots)."""
     if params.schedule == "periodic":
         weights = jax.nn.softmax(belief.log_phase)
-        on = jnp.mod(t_s + grid_phases(params), params.burst_period_s) < params.burst_duration_s
+        on = _on_per_phase(t_s, params)
         return jnp.sum(weights * on)
     if params.schedule == "mmpp":
         return jnp.exp(belief.log_burst[1] - jax.scipy.special.logsumexp(belief.log_burst))

@@ -258,8 +258,7 @@ def init_from_draws(u: Array, params: WorkloadParams, episode_s: Array) -> Workl
         phase = u[0] * span
     else:
         phase = u[0] * params.burst_period_s
-    p_on = params.burst_duration_s / (params.burst_duration_s + params.burst_gap_s)
-    in_burst = (params.schedule == "mmpp") & (u[1] < p_on)
+    in_burst = (params.schedule == "mmpp") & (u[1] < burst_time_fraction(params))
     return WorkloadState(in_burst=jnp.asarray(in_burst), phase_s=jnp.asarray(phase, jnp.float32))
 
 
@@ -268,7 +267,7 @@ def init(key: jax.Array, params: WorkloadParams, episode_s: Array) -> WorkloadSt
     return init_from_draws(reset_draws(key), params, episode_s)
 
 
-def _burst_on(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array:
+def burst_on(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array:
     """Whether a burst is on at time t_s (bool)."""
     if params.schedule == "periodic":
         return jnp.mod(t_s + state.phase_s, params.burst_period_s) < params.burst_duration_s
@@ -279,7 +278,7 @@ def _burst_on(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array
 
 def arrival_rate(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array:
     """Scheduled arrival rate [req/s] at time t_s (all classes)."""
-    return params.base_rate * jnp.where(_burst_on(state, t_s, params), params.burst_multiplier, 1.0)
+    return params.base_rate * jnp.where(burst_on(state, t_s, params), params.burst_multiplier, 1.0)
 
 
 @struct.dataclass
@@ -303,6 +302,19 @@ class Draws:
 STEP_DRAWS = 3 * NUM_CLASSES + 1
 
 
+def class_means(dt_s: Array, params: WorkloadParams) -> tuple[Array, Array]:
+    """Poisson means [requests] of an interval's arrivals per class, float32 (3,) each: outside
+    a burst and inside one ("periodic" or "mmpp")."""
+    lam_off = params.base_rate * dt_s * params.class_mix
+    lam_on = params.base_rate * dt_s * params.burst_class_mix * params.burst_multiplier
+    return lam_off, lam_on
+
+
+def mmpp_flip_probabilities(dt_s: Array, params: WorkloadParams) -> tuple[Array, Array]:
+    """Per-interval probabilities that an "mmpp" burst starts (while off) and ends (while on)."""
+    return dt_s / params.burst_gap_s, dt_s / params.burst_duration_s
+
+
 def draws_from_uniforms(
     u: Array, state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams
 ) -> Draws:
@@ -310,12 +322,11 @@ def draws_from_uniforms(
     z = sampling.normals(u[NUM_CLASSES + 1:])
     # The CDF tables depend on the task only (two rates: outside and inside a burst), so under
     # vmap over envs they are computed once per step and each env only compares against them.
-    lam_off = params.base_rate * dt_s * params.class_mix
+    lam_off, lam_on = class_means(dt_s, params)
     u_count = u[:NUM_CLASSES]
     count = sampling.poisson_quantile(u_count, lam_off, sampling.poisson_cdf(lam_off))
     if params.schedule in ("periodic", "mmpp"):
-        lam_on = params.base_rate * dt_s * params.burst_class_mix * params.burst_multiplier
-        on = _burst_on(state, t_s, params)
+        on = burst_on(state, t_s, params)
         count = jnp.where(on, sampling.poisson_quantile(u_count, lam_on, sampling.poisson_cdf(lam_on)), count)
     return Draws(count=count, z_prompt=z[:NUM_CLASSES], z_output=z[NUM_CLASSES:], u_burst=u[NUM_CLASSES])
 
@@ -335,13 +346,14 @@ def advance(
     count = draws.count
     prompt_dist = params.prompt
     if params.schedule in ("periodic", "mmpp"):
-        on = _burst_on(state, t_s, params)
+        on = burst_on(state, t_s, params)
         prompt_dist = jax.tree_util.tree_map(lambda b, p: jnp.where(on, b, p), params.burst_prompt, params.prompt)
     prompt, prompt_sq = _sum_of_lengths(draws.z_prompt, count, prompt_dist)
     output, _ = _sum_of_lengths(draws.z_output, count, params.output)
     arrivals = Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate)
     if params.schedule == "mmpp":
-        flip = jnp.where(state.in_burst, dt_s / params.burst_duration_s, dt_s / params.burst_gap_s)
+        start, end = mmpp_flip_probabilities(dt_s, params)
+        flip = jnp.where(state.in_burst, end, start)
         state = state.replace(in_burst=jnp.where(draws.u_burst < flip, ~state.in_burst, state.in_burst))
     return state, arrivals
 
@@ -379,7 +391,7 @@ def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: Workl
     return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s)
 
 
-def _burst_time_fraction(params: WorkloadParams) -> Array:
+def burst_time_fraction(params: WorkloadParams) -> Array:
     """Long-run fraction of time in a burst ("periodic" or "mmpp"; 0 otherwise)."""
     if params.schedule == "periodic":
         return jnp.minimum(params.burst_duration_s / params.burst_period_s, 1.0)
@@ -393,7 +405,7 @@ def mean_rate(params: WorkloadParams) -> Array:
     if params.schedule == "trace":
         n = jnp.sum(jnp.isfinite(params.trace.arrival_s[:, 1:]), axis=1)
         return jnp.sum(n / params.trace.duration_s)
-    return params.base_rate * (1.0 + _burst_time_fraction(params) * (params.burst_multiplier - 1.0))
+    return params.base_rate * (1.0 + burst_time_fraction(params) * (params.burst_multiplier - 1.0))
 
 
 # Window of a trace's peak rate: the per-minute resolution of the Azure load curve
@@ -428,8 +440,8 @@ def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
     bmix = params.burst_class_mix
     burst = jnp.sum(bmix * length_moments(params.burst_prompt)[0]), jnp.sum(bmix * length_moments(params.output)[0])
     # Share of the requests that arrive in bursts: burst time fraction x its rate factor.
-    on = _burst_time_fraction(params) * params.burst_multiplier
-    share = on / (on + 1.0 - _burst_time_fraction(params))
+    on = burst_time_fraction(params) * params.burst_multiplier
+    share = on / (on + 1.0 - burst_time_fraction(params))
     same = jnp.all(bmix == mix) & jax.tree_util.tree_reduce(
         jnp.logical_and, jax.tree_util.tree_map(lambda a, b: jnp.all(a == b), params.burst_prompt, params.prompt))
     # A burst like the base traffic leaves the means as they are, to the bit.

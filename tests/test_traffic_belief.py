@@ -24,7 +24,7 @@ def _episode(task_id: str, seed: int, steps: int):
     def body(carry, t):
         state, belief = carry
         t_s = t.astype(jnp.float32) * dt
-        on = workload._burst_on(state, t_s, wp)
+        on = workload.burst_on(state, t_s, wp)
         nxt, arrivals = workload.step(jax.random.fold_in(jax.random.key(seed + 1), t), state, t_s, dt, wp)
         belief = traffic_belief.update(belief, arrivals.count, t_s, dt, wp)
         return (nxt, belief), (on, arrivals.count, belief)
@@ -39,7 +39,7 @@ def test_the_periodic_posterior_finds_the_burst_phase_after_one_burst():
     last = jax.tree_util.tree_map(lambda x: x[-1], beliefs)
     # After two bursts it predicts the next 60 intervals' bursts almost surely right.
     future = [float(traffic_belief.probability_on(last, jnp.float32((130 + h) * dt), wp)) for h in range(60)]
-    truth = [bool(workload._burst_on(state, jnp.float32((130 + h) * dt), wp)) for h in range(60)]
+    truth = [bool(workload.burst_on(state, jnp.float32((130 + h) * dt), wp)) for h in range(60)]
     assert np.mean([abs(p - t) < 0.05 for p, t in zip(future, truth)]) >= 58 / 60
     # Drawn phases burst when the truth does (up to a burst edge).
     keys = jax.random.split(jax.random.key(3), 64)

@@ -51,7 +51,7 @@ def length_moments(dist: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def burst_on(state: WorkloadState, t_s: Any, params: Any) -> np.ndarray:
-    """Whether a burst is on at time t_s, (N,) bool (workload._burst_on)."""
+    """Whether a burst is on at time t_s, (N,) bool (workload.burst_on)."""
     if params.schedule == "periodic":
         return np.mod(t_s + state.phase_s, params.burst_period_s) < params.burst_duration_s
     if params.schedule == "mmpp":
