@@ -118,6 +118,25 @@ def sample(belief: TrafficBelief, key: jax.Array, state: WorkloadState, params: 
     return state
 
 
+def forecast(belief: TrafficBelief, t_s: Array, dt_s: Array, steps: int, params: WorkloadParams) -> jax.Array:
+    """float32 (steps,), the belief's probability that a burst is on in each of the `steps`
+    intervals from t_s (the first is [t_s, t_s + dt_s)): "periodic", the posterior weight of the
+    phases whose burst covers each interval's start; "mmpp", the chain's law `k` flips ahead of
+    the belief's, p_k = p_stat + (p_0 - p_stat) (1 - a - b)^k with a and b the per-interval flip
+    probabilities (`workload.mmpp_flip_probabilities`); 0 for schedules with no bursts."""
+    ahead = jnp.arange(steps, dtype=jnp.float32)
+    if params.schedule == "periodic":
+        weights = jax.nn.softmax(belief.log_phase)
+        on = jax.vmap(lambda t: _on_per_phase(t, params))(t_s + ahead * dt_s)
+        return jnp.sum(on * weights, axis=-1)
+    if params.schedule == "mmpp":
+        p_now = probability_on(belief, t_s, params)
+        leave_off, leave_on = workload.mmpp_flip_probabilities(dt_s, params)
+        p_stat = leave_off / (leave_off + leave_on)
+        return p_stat + (p_now - p_stat) * (1.0 - leave_off - leave_on) ** ahead
+    return jnp.zeros((steps,), jnp.float32)
+
+
 def probability_on(belief: TrafficBelief, t_s: Array, params: WorkloadParams) -> jax.Array:
     """float32, the belief's probability that a burst is on at t_s (for tests and plots)."""
     if params.schedule == "periodic":
@@ -129,4 +148,4 @@ def probability_on(belief: TrafficBelief, t_s: Array, params: WorkloadParams) ->
     return jnp.float32(0.0)
 
 
-__all__ = ["PHASE_GRID", "TrafficBelief", "grid_phases", "init", "probability_on", "sample", "update"]
+__all__ = ["PHASE_GRID", "TrafficBelief", "forecast", "grid_phases", "init", "probability_on", "sample", "update"]

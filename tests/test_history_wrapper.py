@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import default_action_episode  # noqa: E402 (conftest puts tests/ on sys.path)
 
 import inferencegym_jax as ig
 from inferencegym_jax import observation, workload, wrappers
@@ -14,6 +15,7 @@ from inferencegym_jax.observation import OBS_SIZE
 
 TASK = "InferenceGym-Task2-v1"  # a periodic burst: 10 s of every 60 s
 WINDOWS, WIDTH = 4, 3  # [windows], [intervals per window]
+run_episode = jax.jit(default_action_episode, static_argnums=(0, 3, 4))
 
 
 @pytest.fixture(scope="module")
@@ -21,28 +23,13 @@ def base():
     return ig.make(TASK)
 
 
-def _episode(env, params, key, steps, use_step_env=True):
-    """Per-interval (obs, state, info) of `steps` intervals of the default action from a reset with `key`."""
-    step = env.step_env if use_step_env else env.step
-    action = jnp.asarray(ig.actions.indices_from_action(params.default_action), jnp.int32)
-
-    def body(state, k):
-        obs, state, _, _, _, info = step(k, state, action, params)
-        return state, (obs, state, info)
-
-    k_reset, k_run = jax.random.split(key)
-    obs0, state = (env.reset_env if use_step_env else env.reset)(k_reset, params)
-    return obs0, jax.lax.scan(body, state, jax.random.split(k_run, steps))[1]
-
-
 def test_history_is_the_arrivals_of_each_completed_window_newest_first(base):
     env, params = base
     wrapped = wrappers.ArrivalHistoryWrapper(env, WINDOWS, WIDTH)
     assert wrapped.observation_space(params).shape == (OBS_SIZE + WINDOWS,)
     steps = 20
-    obs0, (obs, _, info) = jax.jit(_episode, static_argnums=(0, 3))(wrapped, params, jax.random.key(7), steps)
-    base_obs0, (base_obs, _, base_info) = jax.jit(_episode, static_argnums=(0, 3))(env, params, jax.random.key(7),
-                                                                                    steps)
+    obs0, (obs, _, info) = run_episode(wrapped, params, jax.random.key(7), steps)
+    base_obs0, (base_obs, _, base_info) = run_episode(env, params, jax.random.key(7), steps)
     obs, obs0 = np.asarray(obs), np.asarray(obs0)
     per_window = float(observation.scales(params).peak_rate * params.server.dt_s * WIDTH)
     before = float(workload.mean_rate(params.workload)) * WIDTH / per_window  # windows before the episode
@@ -68,7 +55,7 @@ def test_an_auto_reset_empties_the_history_and_the_final_observation_keeps_it(ba
     env, params = base
     params = params.replace(max_steps_in_episode=jnp.asarray(7, jnp.int32))
     wrapped = wrappers.ArrivalHistoryWrapper(env, WINDOWS, WIDTH)
-    _, (obs, state, info) = jax.jit(_episode, static_argnums=(0, 3, 4))(wrapped, params, jax.random.key(3), 9, False)
+    _, (obs, state, info) = run_episode(wrapped, params, jax.random.key(3), 9, False)
     obs, final = np.asarray(obs), np.asarray(info["final_observation"])
     assert final.shape == obs.shape
     _, fresh = wrapped.reset(jax.random.key(0), params)
@@ -113,14 +100,19 @@ def test_a_history_policy_has_no_stateless_inner_policy_and_bad_settings_are_ref
 
 
 def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
-    """history_windows wraps the layout env (hold) outermost; the graded evaluation runs the
-    policy in it, and with the best-static prior it plays the best static configuration. The
-    server, which steps sessions interval by interval with a stateless policy, refuses it."""
+    """history_windows wraps the layout env (hold) outermost. A policy whose prior is the best
+    static configuration plays it in every interval (its deterministic mode): graded through the
+    wrappers on the same held-out episodes, it scores what the best static baseline scores on
+    the plain env, in both evaluation paths (training.evaluation and the sweep's), to float32
+    rounding (other compiled programs). The server, which steps sessions interval by interval
+    with a stateless policy, refuses it."""
+    from inferencegym_jax import evaluate
     from inferencegym_jax.server.core import checkpoint_policy
     from training.checkpoint import save_checkpoint
     from training.config import PPOConfig
     from training.evaluation import evaluate_against_baselines
     from training.ppo import make_train
+    from training.sweep import graded_episodes
 
     config = PPOConfig(task=TASK, history_windows=WINDOWS, history_window_intervals=WIDTH, action_mode="hold",
                        default_logit=6.0, initial_action="best_static", num_envs=4, num_steps=2, num_minibatches=1,
@@ -130,8 +122,14 @@ def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
                                                                                   wrappers.HoldActions)
     assert trainer.obs_dim == OBS_SIZE + WINDOWS
     runner = trainer.jit_init(trainer.root_key())
-    _, results, _ = evaluate_against_baselines(trainer, runner, 2, baseline_names=["best_static"])
+    table, results, rewards = evaluate_against_baselines(trainer, runner, 2, eval_seed=0,
+                                                         baseline_names=["best_static"])
+    assert list(table.index) == ["ppo", "best_static"]
+    np.testing.assert_array_equal(results["ppo"].metrics["knob_changes"], 0.0)
     np.testing.assert_allclose(results["ppo"].scores, results["best_static"].scores, rtol=1e-6)
+    np.testing.assert_allclose(rewards["ppo"], rewards["best_static"], rtol=1e-6)
+    graded = graded_episodes(trainer, runner.params, runner.obs_stats, evaluate.evaluation_key(0), 2, TASK)
+    np.testing.assert_allclose(graded["score"], results["best_static"].scores, rtol=1e-6)
     save_checkpoint(tmp_path / "run", trainer, runner)
     with pytest.raises(ValueError, match=r"--checkpoint .*run': a policy of ArrivalHistoryWrapper reads past"):
         checkpoint_policy(str(tmp_path / "run"), TASK, trainer.env_params)
@@ -140,5 +138,5 @@ def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
         from training.envs import training_env
 
         training_env(config.replace(action_mode="absolute"), probes.ActionReward())
-    with pytest.raises(ValueError, match="has an arrival history already"):
+    with pytest.raises(ValueError, match="keeps a memory of past intervals already"):
         training_env(config, trainer.env)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import evaluate, wrappers
+from inferencegym_jax import wrappers
 from training import probes
 from training.config import PPOConfig
 from training.envs import training_env
@@ -218,30 +218,6 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
     logits = trainer.network.apply(runner.params, jnp.zeros((trainer.obs_dim,)), method=ActorCritic.logits)
     probs = np.asarray(jax.nn.softmax(logits, axis=-1))[trainer.layout.valid()]
     assert probs.min() > 0.01
-
-
-def test_graded_evaluation_runs_the_policy_in_its_wrapper():
-    """A hold policy whose prior is the best static configuration plays it in every interval (its
-    deterministic mode): graded through the wrapper on the same held-out episodes, it scores
-    what the best static baseline scores on the plain env, in both evaluation paths: the same
-    actions on the same traffic, equal to float32 rounding (two compiled programs, which may
-    contract a multiply-add differently)."""
-    from training.evaluation import evaluate_against_baselines
-    from training.sweep import graded_episodes
-
-    task = "InferenceGym-Task2-v0"
-    config = PPOConfig(task=task, default_logit=4.0, initial_action="best_static", action_mode="hold",
-                       num_envs=4, num_steps=2, num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
-    trainer = make_train(config)
-    runner = trainer.jit_init(trainer.root_key())
-    table, results, rewards = evaluate_against_baselines(trainer, runner, 2, eval_seed=0,
-                                                         baseline_names=["best_static"])
-    assert list(table.index) == ["ppo", "best_static"]
-    np.testing.assert_array_equal(results["ppo"].metrics["knob_changes"], 0.0)
-    np.testing.assert_allclose(results["ppo"].scores, results["best_static"].scores, rtol=1e-6)
-    np.testing.assert_allclose(rewards["ppo"], rewards["best_static"], rtol=1e-6)
-    graded = graded_episodes(trainer, runner.params, runner.obs_stats, evaluate.evaluation_key(0), 2, task)
-    np.testing.assert_allclose(graded["score"], results["best_static"].scores, rtol=1e-6)
 
 
 def test_burst_phase_script_reads_a_checkpoint(tmp_path):

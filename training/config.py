@@ -95,6 +95,10 @@ class PPOConfig:
                                    lambda v: 0 <= v <= 1024, "in [0, 1024]")
     history_window_intervals: int = _static(5, "intervals per window of the arrival history [intervals]",
                                             lambda v: 1 <= v <= 1024, "in [1, 1024]")
+    forecast_intervals: int = _static(0, "observe the traffic belief's probability of a burst in each of the next "
+                                         "forecast_intervals intervals (wrappers.TrafficForecastWrapper: the "
+                                         "posterior the causal mpc plans from); 0: no forecast",
+                                      lambda v: 0 <= v <= 1024, "in [0, 1024]")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
                                         "task's default action (absolute mode), 'no change' (relative and hold "
                                         "modes) or the best static configuration; 0: a uniform start",

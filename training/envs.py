@@ -5,7 +5,8 @@ shape, optionally with a prior on one action. This module turns a config into th
 
 * the env: `ig.make(config.task)` (or a given env), wrapped by `inferencegym_jax.wrappers` for
   action_mode 'hold' or 'relative' (a plain serving env is the 'absolute' layout) and, with
-  `config.history_windows`, by `ArrivalHistoryWrapper` outside that;
+  `config.history_windows`, by `ArrivalHistoryWrapper` outside that and, with
+  `config.forecast_intervals`, by `TrafficForecastWrapper` outside that;
 * the initial action (`config.initial_action`, when `config.default_logit > 0`) the initial
   policy favours, in the wrapped env's action space (`wrappers.initial_action`);
 * the warm-up action `desync_envs` steps the envs with: the task default ('default').
@@ -78,17 +79,20 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
     else:
         default_params = env.default_params
     params = default_params if env_params is None else env_params
-    if isinstance(env, wrappers.ArrivalHistoryWrapper):
-        raise ValueError("the env given has an arrival history already: pass the env under it, and set config key "
-                         "'history_windows' to add one")
+    if wrappers.is_memory_wrapper(env):
+        raise ValueError(f"the env given keeps a memory of past intervals already ({env!r}): pass the env under it, "
+                         "and set config keys 'history_windows' or 'forecast_intervals' to add one")
     env = _in_layout(config, env)
     if not is_serving_env(env):
-        if config.history_windows:
-            raise ValueError(f"config key 'history_windows' = {config.history_windows}: the arrival history needs a "
-                             "serving env (its arrivals)")
+        for key, what in (("history_windows", "the arrival history"), ("forecast_intervals", "the traffic forecast")):
+            if getattr(config, key):
+                raise ValueError(f"config key {key!r} = {getattr(config, key)}: {what} needs a serving env (its "
+                                 "arrivals)")
         return TrainingEnv(env, params, None, np.zeros(len(env.action_space(params).nvec), np.int32))
     initial = wrappers.initial_action(env, params, config.initial_action) if config.default_logit > 0 else None
     warmup = wrappers.initial_action(env, params, "default")
     if config.history_windows:  # outermost: it changes the observation only, not the actions priors are in
         env = wrappers.ArrivalHistoryWrapper(env, config.history_windows, config.history_window_intervals)
+    if config.forecast_intervals:
+        env = wrappers.TrafficForecastWrapper(env, config.forecast_intervals)
     return TrainingEnv(env, params, initial, warmup)

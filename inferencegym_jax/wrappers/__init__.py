@@ -5,6 +5,7 @@
 | HoldActions / RelativeActions| unchanged                    | MultiDiscrete, relative to the knobs in force |
 | FlattenObservationWrapper    | float32 (OBS_SIZE,) in [0, 1]| unchanged                                  |
 | ArrivalHistoryWrapper        | flat + arrivals per window   | unchanged (a stateful policy: no inner one) |
+| TrafficForecastWrapper       | flat + P(burst) ahead        | unchanged (a stateful policy: no inner one) |
 | JointDiscreteActionWrapper   | unchanged                    | Discrete(prod(nvec)), one joint action     |
 | `to_gymnax(env, params)`     | flat, gymnax Box             | joint, gymnax Discrete; optional 5-value step |
 
@@ -24,6 +25,7 @@ from inferencegym_jax.wrappers.base import (
     flag_clipped,
 )
 from inferencegym_jax.wrappers.flatten import FlattenObservationWrapper
+from inferencegym_jax.wrappers.forecast import ForecastState, TrafficForecastWrapper
 from inferencegym_jax.wrappers.gymnax_compat import GymnaxEnv, to_gymnax
 from inferencegym_jax.wrappers.history import ArrivalHistoryWrapper, HistoryState
 from inferencegym_jax.wrappers.joint_discrete import JointDiscreteActionWrapper
@@ -39,6 +41,7 @@ from inferencegym_jax.wrappers.knob_actions import (
     initial_action,
     wrap,
 )
+from inferencegym_jax.wrappers.memory import MemoryWrapper, is_memory_wrapper
 
 __all__ = [
     "ABSOLUTE",
@@ -49,18 +52,22 @@ __all__ = [
     "RELATIVE",
     "WRAPPERS",
     "FlattenObservationWrapper",
+    "ForecastState",
     "GymnaxEnv",
     "HistoryState",
     "HoldActions",
     "JointDiscreteActionWrapper",
     "KnobActions",
+    "MemoryWrapper",
     "RelativeActions",
     "StepResult",
+    "TrafficForecastWrapper",
     "Wrapper",
     "action_mode_of",
     "base_action_policy",
     "flag_clipped",
     "initial_action",
+    "is_memory_wrapper",
     "to_gymnax",
     "wrap",
 ]

@@ -16,8 +16,7 @@ looks like steady traffic and not like a server nobody sends requests to (with e
 a policy trained on task 1-v1 ran batch 2 until its history filled: score 0.57 against 0.99).
 
 A policy of this wrapper is stateful in the serving env's terms (its input depends on past
-intervals), so it has no `inner_policy`: evaluate it in the wrapper (`evaluate.run_episodes`
-with this env), as `training.evaluation` does.
+intervals), so it has no `inner_policy`: evaluate it in the wrapper (`memory.MemoryWrapper`).
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from inferencegym_jax import observation, spaces, workload
-from inferencegym_jax.actions import ServingAction
-from inferencegym_jax.wrappers.base import StepResult, Wrapper
+from inferencegym_jax import observation, workload
+from inferencegym_jax.wrappers.memory import MemoryWrapper
 
 Array = Any
 
@@ -51,7 +49,7 @@ class HistoryState:
     age: Array
 
 
-class ArrivalHistoryWrapper(Wrapper):
+class ArrivalHistoryWrapper(MemoryWrapper):
     """Observations are float32 (OBS_SIZE + windows,) vectors in [0, 1]; actions, reward and info
     are the wrapped env's."""
 
@@ -60,74 +58,24 @@ class ArrivalHistoryWrapper(Wrapper):
             raise ValueError(f"windows={windows} and window_intervals={window_intervals} must be >= 1")
         super().__init__(env)
         self.windows, self.window_intervals = int(windows), int(window_intervals)
+        self.num_features = self.windows
 
     def static_config(self) -> tuple[Any, ...]:
         return (self.windows, self.window_intervals)
 
-    def observation_space(self, params: Any = None) -> spaces.Box:
-        return spaces.Box(0.0, 1.0, (int(self.env.flat_observation_space(params).shape[0]) + self.windows,))
-
-    def flat_observation_space(self, params: Any = None) -> spaces.Box:
-        return self.observation_space(params)
-
-    def _fresh(self, env_state: Any, params: Any) -> HistoryState:
+    def fresh(self, env_state: Any, params: Any) -> HistoryState:
         """The history at a reset: every window at the schedule's mean arrivals."""
-        params = self.default_params if params is None else params
         mean = workload.mean_rate(params.workload) * params.server.dt_s * self.window_intervals
         return HistoryState(env_state, jnp.full((self.windows,), mean, jnp.float32), jnp.zeros((), jnp.float32),
                             jnp.zeros((), jnp.int32))
 
-    def _obs(self, inner_obs: Any, history: HistoryState, params: Any) -> jax.Array:
-        params = self.default_params if params is None else params
+    def features(self, history: HistoryState, params: Any) -> jax.Array:
         per_window = observation.scales(params).peak_rate * params.server.dt_s * self.window_intervals
-        recent = jnp.clip(history.counts / jnp.maximum(per_window, 1e-6), 0.0, 1.0)
-        return jnp.concatenate([self.env.flatten_observation(inner_obs, params), recent.astype(jnp.float32)], -1)
+        return history.counts / jnp.maximum(per_window, 1e-6)
 
-    def _advance(self, history: HistoryState, env_state: Any, arrivals: Array) -> HistoryState:
-        """The history after an interval that brought `arrivals` requests."""
-        current, age = history.current + arrivals, history.age + 1
+    def advance(self, history: HistoryState, env_state: Any, info: dict[str, Any], params: Any) -> HistoryState:
+        """The history after an interval that brought info["arrivals"]."""
+        current, age = history.current + jnp.sum(info["arrivals"].count), history.age + 1
         full = age >= self.window_intervals
         counts = jnp.where(full, jnp.concatenate([current[None], history.counts[:-1]]), history.counts)
         return HistoryState(env_state, counts, jnp.where(full, 0.0, current), jnp.where(full, 0, age))
-
-    def _step(self, result: StepResult, history: HistoryState, params: Any, resets: bool) -> StepResult:
-        obs, env_state, reward, terminated, truncated, info = result
-        after = self._advance(history, env_state, jnp.sum(info["arrivals"].count))
-        if "final_observation" in info:
-            info = {**info, "final_observation": self._obs(info["final_observation"], after, params)}
-        if resets:  # the wrapped env reset itself at the episode's end: so does the history
-            done = terminated | truncated
-            after = jax.tree_util.tree_map(lambda fresh, kept: jnp.where(done, fresh, kept),
-                                           self._fresh(env_state, params), after)
-        return self._obs(obs, after, params), after, reward, terminated, truncated, info
-
-    def reset(self, key: jax.Array, params: Any = None) -> tuple[jax.Array, HistoryState]:
-        obs, env_state = self.env.reset(key, params)
-        history = self._fresh(env_state, params)
-        return self._obs(obs, history, params), history
-
-    def reset_env(self, key: jax.Array, params: Any) -> tuple[jax.Array, HistoryState]:
-        obs, env_state = self.env.reset_env(key, params)
-        history = self._fresh(env_state, params)
-        return self._obs(obs, history, params), history
-
-    def step(self, key: jax.Array, state: HistoryState, action: Any, params: Any = None) -> StepResult:
-        return self._step(self.env.step(key, state.env_state, action, params), state, params, resets=True)
-
-    def step_env(self, key: jax.Array, state: HistoryState, action: Any, params: Any) -> StepResult:
-        return self._step(self.env.step_env(key, state.env_state, action, params), state, params, resets=False)
-
-    def get_obs(self, state: HistoryState, params: Any) -> jax.Array:
-        return self._obs(self.env.get_obs(state.env_state, params), state, params)
-
-    def flatten_observation(self, obs: Any, params: Any = None) -> jax.Array:
-        """The observation is flat already: float32 (..., OBS_SIZE + windows) unchanged."""
-        return jnp.asarray(obs, jnp.float32)
-
-    def knobs_in_force(self, state: HistoryState, params: Any) -> ServingAction:
-        return self.env.knobs_in_force(state.env_state, params)
-
-    def inner_policy(self, policy: Any) -> Any:
-        raise ValueError("a policy of ArrivalHistoryWrapper reads past intervals (its state), so it cannot act "
-                         "on the serving env's observation alone: run it in the wrapper "
-                         "(evaluate.run_episodes(wrapper, params, policy, ...))")
