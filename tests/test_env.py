@@ -93,7 +93,7 @@ def test_same_key_same_trajectory(task):
     assert not np.array_equal(np.asarray(a[1][1]), np.asarray(c[1][1]))
 
 
-@pytest.mark.parametrize("env_id", ["InferenceGym-Task3-v0", "InferenceGym-Task4-v0"])  # every feature between them
+@pytest.mark.parametrize("env_id", ["InferenceGym-Task3-v1", "InferenceGym-Task4-v1"])  # every feature between them
 def test_vmapped_env_i_equals_single_env_with_key_i(env_id):
     """Same trajectory up to float32 rounding: XLA vectorises the small reductions of a single
     env across its elements but a batch across envs, so sums can round differently (~1e-6)."""
