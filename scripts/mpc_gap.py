@@ -6,11 +6,14 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py --version 1            # the v1 tasks
     python scripts/mpc_gap.py --objective reward     # plan on the summed reward (the README's v0 table)
     python scripts/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
+    python scripts/mpc_gap.py --version 1 --task 2 --json results/mpc_behaviour_task2_v1.json   # README, task 2-v1
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
 
-Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). Every policy
+Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). A second
+table says how each policy served: requests completed, SLO violations, timeouts and
+out-of-memory restarts per episode, and how often each knob left the best static value. Every policy
 plays episodes 0..N-1 of evaluate.evaluation_key(seed), so differences are paired; the 95 %
 interval is the normal one of the per-episode differences (evaluate.confidence_interval_95).
 """
@@ -23,10 +26,12 @@ import time
 import tomllib
 from pathlib import Path
 
+import jax
 import numpy as np
 
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, mpc
+from inferencegym_jax.actions import KNOBS, ServingAction
 
 
 def task_overrides(settings: list[str]) -> dict:
@@ -42,13 +47,30 @@ def task_overrides(settings: list[str]) -> dict:
     return out
 
 
+def behaviour(traj: evaluate.Trajectory, static_action: ServingAction) -> dict:
+    """How a policy served, per episode (means over episodes): requests completed, SLO violations,
+    queue timeouts and out-of-memory restarts [requests or events], and for each knob the share of
+    intervals whose applied value differs from the best static configuration's."""
+    m = traj.metrics
+    out = {name: float(np.mean(np.sum(np.asarray(getattr(m, field)), axis=1)))
+           for name, field in (("completed", "completed"), ("violations", "slo_violations"),
+                               ("timeouts", "timeouts"), ("oom_restarts", "oom"))}
+    for knob in KNOBS:
+        applied = np.asarray(getattr(traj.action, knob))
+        out[f"off_static_{knob}"] = float(np.mean(applied != float(getattr(static_action, knob))))
+    return out
+
+
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
               overrides: dict, true_traffic_state: bool = False) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
-    static = evaluate.evaluate(env, params, baselines.best_static_policy(task_id), key, episodes, task_id).scores
+    static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
+    static = evaluate.grade_trajectory(static_traj, params, task_id).scores
+    static_action = jax.tree_util.tree_map(lambda x: x[0, 0], static_traj.action)  # the same every interval
     rows = [{"task": task_id, "policy": "best_static", "score": float(np.mean(static)),
-             "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0}]
+             "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
+             **behaviour(static_traj, static_action)}]
     controllers = [("mpc_oracle (oracle bound)", True, "belief"), ("mpc (causal)", False, "belief")]
     if true_traffic_state:
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
@@ -60,7 +82,7 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
         rows.append({"task": task_id, "policy": name, "score": float(np.mean(scores)),
                      "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
                      "gain_ci95": evaluate.confidence_interval_95(scores - static),
-                     "seconds": time.perf_counter() - t0})
+                     "seconds": time.perf_counter() - t0, **behaviour(traj, static_action)})
     return rows
 
 
@@ -96,6 +118,13 @@ def main() -> None:
     for r in rows:
         gain = "" if r["policy"] == "best_static" else f"{r['gain']:+.3f} ± {r['gain_ci95']:.3f}"
         print(f"| {r['task']} | {r['policy']} | {r['score']:.3f} ± {r['ci95']:.3f} | {gain} | {r['seconds']:.0f} |")
+    print("\nHow each served (per episode, mean), and the share of intervals each knob was off the best static "
+          "value:\n")
+    print("| task | policy | completed | SLO violations | timeouts | OOM restarts | "
+          + " | ".join(f"{k} off" for k in KNOBS) + " |\n|---|---|" + "---:|" * (4 + len(KNOBS)))
+    for r in rows:
+        print(f"| {r['task']} | {r['policy']} | {r['completed']:.0f} | {r['violations']:.0f} | {r['timeouts']:.1f} | "
+              f"{r['oom_restarts']:.2f} | " + " | ".join(f"{r[f'off_static_{k}']:.0%}" for k in KNOBS) + " |")
     if args.json:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
                    "objective": args.objective, "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
