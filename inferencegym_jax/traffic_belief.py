@@ -121,8 +121,8 @@ def sample(belief: TrafficBelief, key: jax.Array, state: WorkloadState, params: 
 def forecast(belief: TrafficBelief, t_s: Array, dt_s: Array, steps: int, params: WorkloadParams) -> jax.Array:
     """float32 (steps,), the belief's probability that a burst is on in each of the `steps`
     intervals from t_s (the first is [t_s, t_s + dt_s)): "periodic", the posterior weight of the
-    phases whose burst covers each interval's start; "mmpp", the chain's law `k` flips ahead of
-    the belief's, p_k = p_stat + (p_0 - p_stat) (1 - a - b)^k with a and b the per-interval flip
+    phases whose burst covers each interval's start; "mmpp", the on/off chain's law k intervals
+    after the belief's, p_k = p_stat + (p_0 - p_stat) (1 - a - b)^k with a and b the per-interval flip
     probabilities (`workload.mmpp_flip_probabilities`); 0 for schedules with no bursts."""
     ahead = jnp.arange(steps, dtype=jnp.float32)
     if params.schedule == "periodic":
