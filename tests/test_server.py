@@ -102,13 +102,13 @@ def _stop_server(served: Served) -> None:
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory, worker_id):
+def server(tmp_path_factory):
     """One server for the whole test run, whichever test process needs it: compiling a server
     takes about a minute, so pytest-xdist's workers share it. The first to need it starts it, each
     counts itself in a file under a lock, and the last one out stops it (a later one would start
     another)."""
     folder = tmp_path_factory.getbasetemp()
-    if worker_id != "master":  # the workers' base folders share this parent
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the xdist workers' base folders share this parent
         folder = folder.parent
     record, lock = folder / "server.json", filelock.FileLock(str(folder / "server.lock"))
     with lock:
