@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import default_action_episode  # noqa: E402 (conftest puts tests/ on sys.path)
+from helpers import default_action_episode  # tests/, which conftest puts on sys.path
 
 import inferencegym_jax as ig
 from inferencegym_jax import traffic_belief, workload, wrappers
