@@ -177,43 +177,66 @@ def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvo
     return state.replace(workload=state.workload.replace(phase_s=offset))
 
 
+def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: EnvState, past: dict,
+         belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
+         num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
+         objective: str = "grade") -> jax.Array:
+    """The controller's choice at interval t: the candidate (int32 (5,), a row of `candidates`)
+    with the best mean score over the futures (module docstring) from `state`.
+
+    Args:
+      past: the episode's graders.SUM_FIELDS sums before interval t (`start_memory`, `advance`).
+      belief: the traffic belief given the arrivals before interval t (a causal plan's hidden
+        traffic state); None: the true one.
+      k_env, k_plan: the episode's step and planning keys.
+    """
+    ahead = jnp.arange(horizon)
+    valid = (t + ahead) < num_steps
+    futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
+    score = functools.partial(OBJECTIVES[objective], env, params, valid=valid, past=past, grader=grader,
+                              is_open=(t + horizon) < num_steps)
+
+    def mean_score(action):
+        def one_future(keys):
+            return score(_planning_state(state, params, keys, clairvoyant, num_steps, belief), action, keys)
+
+        return jnp.mean(jax.vmap(one_future)(futures))
+
+    return candidates[jnp.argmax(jax.vmap(mean_score)(candidates))]
+
+
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
                     horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
                     objective: str = "grade", traffic_state: str = "belief") -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
-    ahead = jnp.arange(horizon)
-    score_window = OBJECTIVES[objective]
-    past = {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}
     use_belief = not clairvoyant and traffic_state == "belief"
-    dt = params.server.dt_s
 
     def body(carry, t):
         state, past, belief = carry
-        valid = (t + ahead) < num_steps
-        futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
-        score = functools.partial(score_window, env, params, valid=valid, past=past, grader=grader,
-                                  is_open=(t + horizon) < num_steps)
-
-        def mean_score(action):
-            def one_future(keys):
-                start = _planning_state(state, params, keys, clairvoyant, num_steps, belief if use_belief else None)
-                return score(start, action, keys)
-
-            return jnp.mean(jax.vmap(one_future)(futures))
-
-        scores = jax.vmap(mean_score)(candidates)
-        action = candidates[jnp.argmax(scores)]
+        action = plan(env, params, candidates, state, past, belief if use_belief else None, t, k_env, k_plan,
+                      num_steps, horizon, samples, clairvoyant, grader, objective)
         _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        step = _step_sums(info, params, ~state.server.started)
-        belief = traffic_belief.update(belief, info["arrivals"].count, t.astype(jnp.float32) * dt, dt,
-                                       params.workload)
-        return (nxt, {k: past[k] + step[k] for k in graders.SUM_FIELDS}, belief), interval_record(reward, info)
+        past, belief = advance(past, belief, state, info, t, params)
+        return (nxt, past, belief), interval_record(reward, info)
 
-    carry = (state, past, traffic_belief.init(params.workload))
-    _, traj = jax.lax.scan(body, carry, jnp.arange(num_steps))
+    _, traj = jax.lax.scan(body, start_memory(state, params), jnp.arange(num_steps))
     return traj
+
+
+def start_memory(state: EnvState, params: EnvParams) -> tuple[EnvState, dict, traffic_belief.TrafficBelief]:
+    """(state, the grader sums of no interval, the prior belief): what a controller carries at t = 0."""
+    return state, {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}, traffic_belief.init(params.workload)
+
+
+def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, info: dict, t: jax.Array,
+            params: EnvParams) -> tuple[dict, traffic_belief.TrafficBelief]:
+    """The grader sums and the traffic belief after interval t, stepped from `state` with `info`."""
+    step = _step_sums(info, params, ~state.server.started)
+    dt = params.server.dt_s
+    belief = traffic_belief.update(belief, info["arrivals"].count, t.astype(jnp.float32) * dt, dt, params.workload)
+    return {k: past[k] + step[k] for k in graders.SUM_FIELDS}, belief
 
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant", "grader",

@@ -12,7 +12,10 @@ CI over seeds (normal approximation) and, apart, the CI over all seed x episode 
 Each seed's final state is saved as OUT/task<N>/seed<S>/checkpoint.msgpack (so
 `inferencegym eval --checkpoint OUT/task<N>/seed<S>` re-grades it), and `--grade-only` grades
 saved checkpoints again without training. Writes OUT/results.json and OUT/results.md (the
-markdown table) and prints the table.
+markdown table) and prints the table. A config with imitation (`imitation_episodes`, task 2-v1's)
+keeps PPO's start apart: each seed's policy fitted to the causal mpc, before any PPO update, is
+saved in OUT/task<N>_v<k>/seed<S>/start and graded on the same episodes (the "ppo_start" row of
+the JSON, a line under the table), so what PPO adds to the imitation is measured, not assumed.
 
 With --mpc the table also has the model-predictive controllers of inferencegym_jax.mpc on the
 same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, which plans
@@ -39,7 +42,7 @@ from inferencegym_jax.cli.common import ppo_config_name
 from inferencegym_jax.cli.training_commands import parse_overrides as _overrides
 from inferencegym_jax.evaluate import confidence_interval_95 as ci95
 from inferencegym_jax.files import atomic_write_json, atomic_write_text
-from training.checkpoint import load_checkpoint, read_config, save_checkpoint
+from training.checkpoint import checkpoint_path, load_checkpoint, read_config, save_checkpoint
 from training.config import load_config
 from training.ppo import make_train
 from training.sweep import graded_episodes, has_grader
@@ -50,6 +53,11 @@ def _folder(out: Path, task: str) -> Path:
     return out / ppo_config_name(task).removeprefix("ppo_")
 
 
+# A seed's folder holds, for a config with imitation, PPO's start (the policy fitted to the mpc,
+# before any update) in this subfolder, graded as the row "ppo_start".
+START = "start"
+
+
 def train_task(task: str, seeds: int, overrides: dict, out: Path) -> None:
     """Train the seeds of task id `task` as one vmapped program; save each seed's checkpoint and
     the wall time."""
@@ -58,13 +66,20 @@ def train_task(task: str, seeds: int, overrides: dict, out: Path) -> None:
     keys = jnp.stack([evaluate.training_key(config.seed + i) for i in range(seeds)])
     hps = jax.tree_util.tree_map(lambda x: jnp.broadcast_to(x, (seeds,)), config.hparams())
     t0 = time.perf_counter()
-    runners, metrics = jax.jit(jax.vmap(trainer.train))(keys, hps)
+    if config.imitation_episodes:  # keep PPO's start (the imitation of the mpc) apart, to grade it too
+        starts = jax.jit(jax.vmap(trainer.init))(keys, hps)
+        runners, metrics = jax.jit(jax.vmap(lambda r, h: trainer.run_updates(r, h, config.num_updates)))(starts, hps)
+    else:
+        starts, (runners, metrics) = None, jax.jit(jax.vmap(trainer.train))(keys, hps)
     jax.block_until_ready(runners)
     train_s = time.perf_counter() - t0
     for i in range(seeds):
         seed_config = config.replace(seed=config.seed + i)
-        runner = jax.tree_util.tree_map(lambda x, i=i: x[i], runners)
-        save_checkpoint(_folder(out, task) / f"seed{seed_config.seed}", make_train(seed_config), runner)
+        seed_trainer = make_train(seed_config)
+        folder = _folder(out, task) / f"seed{seed_config.seed}"
+        save_checkpoint(folder, seed_trainer, jax.tree_util.tree_map(lambda x, i=i: x[i], runners))
+        if starts is not None:
+            save_checkpoint(folder / START, seed_trainer, jax.tree_util.tree_map(lambda x, i=i: x[i], starts))
     record = {"train_seconds_all_seeds": train_s, "seeds": [config.seed + i for i in range(seeds)],
               "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist()}
     atomic_write_json(_folder(out, task) / "train.json", record, indent=1)
@@ -75,7 +90,7 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
     """Grade the saved seeds and every baseline (and with `with_mpc` the MPC controllers) on
     the same held-out episodes."""
     record = json.loads((_folder(out, task) / "train.json").read_text())
-    seeds = record["seeds"]
+    seeds = seeds_list = record["seeds"]
     configs = [read_config(_folder(out, task) / f"seed{s}") for s in seeds]
     trainers = [make_train(c) for c in configs]
     runners = [load_checkpoint(_folder(out, task) / f"seed{s}", t) for s, t in zip(seeds, trainers)]
@@ -88,18 +103,19 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
     key = evaluate.evaluation_key(0)
     graded = has_grader(config.task)  # False until scripts/grader_constants.py covers the task
     task_id = config.task if graded else None
-    ppo = jax.jit(jax.vmap(lambda p, s: graded_episodes(trainer, p, s, key, episodes, task_id)))(
-        runners.params, runners.obs_stats)
+    grade_seeds = jax.jit(jax.vmap(lambda p, s: graded_episodes(trainer, p, s, key, episodes, task_id)))
+    ppo = grade_seeds(runners.params, runners.obs_stats)
     ppo_reward = np.asarray(ppo["reward"])  # (seeds, episodes)
     ppo_scores = np.asarray(ppo["score"]) if graded else ppo_reward
-    rows = {"ppo": {
-        "score": float(ppo_scores.mean()) if graded else None,
-        "ci95_seeds": ci95(ppo_scores.mean(axis=1)) if graded else None,
-        "ci95_episodes": ci95(ppo_scores.ravel()) if graded else None,
-        "per_seed": ppo_scores.mean(axis=1).tolist() if graded else None,
-        "reward": float(ppo_reward.mean()),
-        "reward_ci95_seeds": ci95(ppo_reward.mean(axis=1)),
-    }}
+    rows = {"ppo": _seeds_row(ppo_scores, ppo_reward, graded)}
+    start_dirs = [_folder(out, task) / f"seed{s}" / START for s in seeds_list]
+    if all(checkpoint_path(d).exists() for d in start_dirs):
+        starts = [load_checkpoint(d, t) for d, t in zip(start_dirs, trainers)]
+        starts = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *starts)
+        start = grade_seeds(starts.params, starts.obs_stats)
+        start_reward = np.asarray(start["reward"])
+        start_scores = np.asarray(start["score"]) if graded else start_reward
+        rows["ppo_start"] = _seeds_row(start_scores, start_reward, graded)
     env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the serving env, not PPO's wrapper
     if graded:
         policies = baselines.baseline_policies(env, trainer.env_params, config.task)
@@ -129,13 +145,18 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
                 best_static_scores = np.asarray(result.scores)
                 # Paired on the same held-out episodes: the traffic of episode i does not depend on
                 # the policy, so the per-episode difference removes the traffic's variance.
-                diff = ppo_scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
-                rows["ppo"].update(minus_best_static=float(diff.mean()),
-                                   minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
-                                   minus_best_static_per_seed=diff.mean(axis=1).tolist())
-    if "mpc_oracle" in rows and "minus_best_static" in rows["ppo"]:
+                for row, scores in (("ppo", ppo_scores), ("ppo_start", start_scores if "ppo_start" in rows else None)):
+                    if scores is None:
+                        continue
+                    diff = scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
+                    rows[row].update(minus_best_static=float(diff.mean()),
+                                     minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
+                                     minus_best_static_per_seed=diff.mean(axis=1).tolist())
+    if "mpc_oracle" in rows:
         room = rows["mpc_oracle"]["minus_best_static"]
-        rows["ppo"]["gap_closed"] = rows["ppo"]["minus_best_static"] / room if room > 0 else None
+        for row in ("ppo", "ppo_start"):
+            if "minus_best_static" in rows.get(row, {}):
+                rows[row]["gap_closed"] = rows[row]["minus_best_static"] / room if room > 0 else None
     return {
         "task": config.task, "seeds": seeds, "episodes": episodes,
         "env_steps_per_seed": config.total_env_steps, "updates": config.num_updates,
@@ -143,6 +164,37 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
         "final_train_reward": np.asarray(metrics["reward"])[:, -1].tolist(),
         "config": config.to_toml(), "policies": rows,
     }
+
+
+def _seeds_row(scores: np.ndarray, reward: np.ndarray, graded: bool) -> dict:
+    """A policy trained per seed: scores and rewards (seeds, episodes) summed up over seeds and episodes."""
+    return {
+        "score": float(scores.mean()) if graded else None,
+        "ci95_seeds": ci95(scores.mean(axis=1)) if graded else None,
+        "ci95_episodes": ci95(scores.ravel()) if graded else None,
+        "per_seed": scores.mean(axis=1).tolist() if graded else None,
+        "reward": float(reward.mean()),
+        "reward_ci95_seeds": ci95(reward.mean(axis=1)),
+    }
+
+
+def start_lines(results: list[dict]) -> str:
+    """One line per task whose PPO started from an imitation: that start's score before any update."""
+    lines = []
+    for r in results:
+        start = r["policies"].get("ppo_start")
+        if start is None or start["score"] is None:
+            continue
+        line = (f"- {r['task']}: PPO's start (the policy fitted to the causal mpc, before any PPO update) scores "
+                f"{start['score']:.3f} ± {start['ci95_seeds']:.3f}")
+        if "minus_best_static" in start:
+            diff, ci = start["minus_best_static"], start["minus_best_static_ci95_episodes"]
+            line += f", {diff:+.4f} ± {ci:.4f} over best_static"
+        if start.get("gap_closed") is not None:
+            line += f" ({100 * start['gap_closed']:.0f}% of the gap)"
+        per_seed = ", ".join(f"{d:+.4f}" for d in start.get("minus_best_static_per_seed", []))
+        lines.append(line + (f"; per seed {per_seed}" if per_seed else "") + ".")
+    return "\n".join(lines)
 
 
 def markdown(results: list[dict]) -> str:
@@ -199,13 +251,16 @@ def main() -> None:
             train_task(task, args.seeds, overrides, out)
     for task in task_ids:
         results.append(grade_task(task, args.episodes, out, with_mpc=args.mpc))
-        print(markdown(results[-1:]), flush=True)
+        print(markdown(results[-1:]) + ("\n" + start_lines(results[-1:]) if start_lines(results[-1:]) else ""),
+              flush=True)
     header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
               f"{args.episodes} episodes from evaluation_key(0). PPO - best_static: the per-episode score "
               f"difference on the same episodes, averaged over seeds, mean ± 95% CI over episodes. "
               + ("Gap closed: (PPO - best_static) / (mpc_oracle - best_static). " if args.mpc else "")
               + f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}.")
     table = header + "\n\n" + markdown(results)
+    if start_lines(results):
+        table += "\n\n" + start_lines(results)
     print("\n" + table)
     atomic_write_text(out / "results.md", table + "\n")
     atomic_write_json(out / "results.json", results, indent=1)

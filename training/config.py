@@ -99,6 +99,18 @@ class PPOConfig:
                                          "forecast_intervals intervals (wrappers.TrafficForecastWrapper: the "
                                          "posterior the causal mpc plans from); 0: no forecast",
                                       lambda v: 0 <= v <= 1024, "in [0, 1024]")
+    imitation_episodes: int = _static(0, "episodes of the causal mpc whose choices the policy is fitted to before "
+                                         "PPO (training.imitation: behaviour cloning, then PPO from that start); "
+                                         "absolute action_mode only; 0: no imitation",
+                                      lambda v: 0 <= v <= 65536, "in [0, 65536]")
+    imitation_epochs: int = _static(200, "epochs of fitting to the mpc's episodes (each over minibatches of "
+                                         "minibatch_size intervals)", lambda v: v >= 1, ">= 1")
+    imitation_rounds: int = _static(0, "DAgger rounds after the first fit: the fitted policy plays imitation_episodes "
+                                       "episodes, the mpc's choice in each state it reached joins the data, and the "
+                                       "fit goes on for imitation_epochs; 0: the mpc's own episodes only",
+                                    lambda v: 0 <= v <= 64, "in [0, 64]")
+    imitation_lr: float = _static(1e-3, "Adam learning rate of the fit to the mpc's episodes",
+                                  lambda v: 0.0 < v <= 1.0, "in (0, 1]")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
                                         "task's default action (absolute mode), 'no change' (relative and hold "
                                         "modes) or the best static configuration; 0: a uniform start",
@@ -261,6 +273,9 @@ def from_dict(raw: Mapping[str, Any]) -> PPOConfig:
     if config.initial_action != "default" and config.default_logit == 0.0:
         raise ValueError(f"config key 'initial_action' = {config.initial_action!r} needs default_logit > 0 (the size "
                          "of the prior on it); with 0 the initial policy is uniform")
+    if config.imitation_episodes and config.action_mode != "absolute":
+        raise ValueError(f"config key 'imitation_episodes' = {config.imitation_episodes} needs action_mode = "
+                         f"'absolute' (the mpc's actions are grid indices), not {config.action_mode!r}")
     if config.batch_size % config.num_minibatches:
         raise ValueError(
             f"config key 'num_minibatches' = {config.num_minibatches} must divide "

@@ -9,7 +9,9 @@ shape, optionally with a prior on one action. This module turns a config into th
   `config.forecast_intervals`, by `TrafficForecastWrapper` outside that;
 * the initial action (`config.initial_action`, when `config.default_logit > 0`) the initial
   policy favours, in the wrapped env's action space (`wrappers.initial_action`);
-* the warm-up action `desync_envs` steps the envs with: the task default ('default').
+* the warm-up action `desync_envs` steps the envs with: the task default ('default');
+* with `config.imitation_episodes`, the causal MPC teacher whose episodes the policy is fitted
+  to before PPO (`training.imitation`).
 
 An env that is not a serving env (the probes of `training.probes`) is trained as is: absolute
 layout only, no prior, warm-up action all zeros.
@@ -24,6 +26,7 @@ import numpy as np
 
 from inferencegym_jax import wrappers
 from training.config import PPOConfig
+from training.imitation import MPCTeacher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +37,15 @@ class TrainingEnv:
       initial_action: int32 (K,) in env's action space, the action the initial policy favours
         by config.default_logit per knob; None: no prior.
       warmup_action: int32 (K,) in env's action space, the action desync_envs steps with.
+      teacher: the causal MPC whose episodes PPO imitates first (`imitation.MPCTeacher`, with
+        config.imitation_episodes); None: no imitation.
     """
 
     env: Any
     params: Any
     initial_action: np.ndarray | None
     warmup_action: np.ndarray
+    teacher: MPCTeacher | None = None
 
 
 def is_serving_env(env: Any) -> bool:
@@ -84,10 +90,11 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
                          "and set config keys 'history_windows' or 'forecast_intervals' to add one")
     env = _in_layout(config, env)
     if not is_serving_env(env):
-        for key, what in (("history_windows", "the arrival history"), ("forecast_intervals", "the traffic forecast")):
+        for key, what in (("history_windows", "the arrival history needs a serving env (its arrivals)"),
+                          ("forecast_intervals", "the traffic forecast needs a serving env (its arrivals)"),
+                          ("imitation_episodes", "imitating the mpc needs a serving env (the mpc plans in it)")):
             if getattr(config, key):
-                raise ValueError(f"config key {key!r} = {getattr(config, key)}: {what} needs a serving env (its "
-                                 "arrivals)")
+                raise ValueError(f"config key {key!r} = {getattr(config, key)}: {what}")
         return TrainingEnv(env, params, None, np.zeros(len(env.action_space(params).nvec), np.int32))
     initial = wrappers.initial_action(env, params, config.initial_action) if config.default_logit > 0 else None
     warmup = wrappers.initial_action(env, params, "default")
@@ -95,4 +102,7 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
         env = wrappers.ArrivalHistoryWrapper(env, config.history_windows, config.history_window_intervals)
     if config.forecast_intervals:
         env = wrappers.TrafficForecastWrapper(env, config.forecast_intervals)
-    return TrainingEnv(env, params, initial, warmup)
+    teacher = None
+    if config.imitation_episodes:
+        teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes)
+    return TrainingEnv(env, params, initial, warmup, teacher)

@@ -19,6 +19,9 @@ One update (`Trainer.update_step`, a pure function of (RunnerState, HParams)):
 5. the observation statistics are updated with the rollout, after the update (so the update
    sees exactly the inputs the rollout acted on).
 
+With a teacher (`config.imitation_episodes`, `training.imitation`), `init` first fits the network
+and the normalisers to the teacher's episodes, so PPO starts from an imitation of it.
+
 `train(key, hparams)` = `init` + `lax.scan(update_step)`; the host loop of `training.run` calls a
 jitted chunk of the same `update_step` and checkpoints between chunks; both give the same bits.
 `hparams` are traced, so `jax.vmap(train)` over keys and `HParams` runs a sweep in one program.
@@ -41,8 +44,10 @@ import optax
 from flax import struct
 
 from inferencegym_jax import evaluate, sharding
+from training.advantages import compute_gae
 from training.config import HParams, PPOConfig
 from training.envs import training_env
+from training.imitation import IMITATION_KEY_TAG, Demonstrations, PretrainedStart, concatenate, pretrain
 from training.networks import ActionLayout, ActorCritic, policy_distribution, sample_actions
 from training.normalize import RunningStats
 
@@ -101,37 +106,6 @@ class Transition:
     returns: jax.Array
 
 
-def compute_gae(
-    rewards: jax.Array,
-    values: jax.Array,
-    next_values: jax.Array,
-    terminated: jax.Array,
-    done: jax.Array,
-    gamma: jax.Array,
-    lam: jax.Array,
-) -> tuple[jax.Array, jax.Array]:
-    """Generalised advantage estimates over a rollout; all inputs float32/bool (T, N).
-
-    delta_t = r_t + gamma * V(s'_t) * (1 - terminated_t) - V(s_t), with s'_t the observation the
-    step ended on (the final observation, before any auto-reset); the recursion
-    A_t = delta_t + gamma * lam * (1 - done_t) * A_{t+1} stops at every episode boundary
-    (terminated or truncated), and A_T = 0 past the rollout (V(s'_{T-1}) bootstraps it).
-
-    Returns (advantages, value targets = advantages + values), float32 (T, N).
-    """
-    not_term = 1.0 - terminated.astype(jnp.float32)
-    not_done = 1.0 - done.astype(jnp.float32)
-    deltas = rewards + gamma * next_values * not_term - values
-
-    def body(next_adv, x):
-        delta, nd = x
-        adv = delta + gamma * lam * nd * next_adv
-        return adv, adv
-
-    _, advantages = jax.lax.scan(body, jnp.zeros_like(values[0]), (deltas, not_done), reverse=True)
-    return advantages, advantages + values
-
-
 def make_optimizer(config: PPOConfig, hp: HParams) -> optax.GradientTransformation:
     """Adam (eps 1e-5) after global-norm clipping; lr annealed linearly to 0 if config.anneal_lr."""
     grad_steps = config.num_updates * config.update_epochs * config.num_minibatches
@@ -156,15 +130,19 @@ class Trainer:
     """
 
     def __init__(self, config: PPOConfig, env: Any, env_params: Any, initial_action: Any = None,
-                 initial_logit: float = 0.0, warmup_action: Any = None):
+                 initial_logit: float = 0.0, warmup_action: Any = None, teacher: Any = None):
         """Args:
           initial_action: optional int32 (K,) in the env's action space: the initial policy
             puts `initial_logit` on each active entry's choice (a prior, not a constraint).
           initial_logit: the logit bonus; 0 (or no initial_action) starts near uniform.
           warmup_action: int32 (K,) in the env's action space that desync_envs steps the envs
             with before training (default: all zeros).
+          teacher: optional `teacher(key, act=None) -> imitation.Demonstrations` (pure,
+            jittable; `act`: the learner's policy for a DAgger round) whose episodes `init` fits
+            the network to before PPO (`training.imitation`).
         """
         self.config = config
+        self.teacher = teacher
         if config.num_devices > 1:
             sharding.require_every_process(sharding.batch_mesh(config.num_devices), "num_devices")
         self.env = env
@@ -224,17 +202,49 @@ class Trainer:
         if self.config.desync_envs:
             obs, env_state = self._desync(jax.random.fold_in(k_env, 1), obs, env_state)
         params = self.network.init(k_net, jnp.zeros((1, self.obs_dim), jnp.float32))
+        obs_stats, ret_stats = RunningStats.create((self.obs_dim,)), RunningStats.create(())
+        if self.teacher is not None:
+            start = self.imitate(key, hp, params)
+            params, obs_stats, ret_stats = start.params, start.obs_stats, start.ret_stats
         return RunnerState(
             params=params,
             opt_state=make_optimizer(self.config, hp).init(params),
-            obs_stats=RunningStats.create((self.obs_dim,)),
-            ret_stats=RunningStats.create(()),
+            obs_stats=obs_stats,
+            ret_stats=ret_stats,
             env_state=env_state,
             obs=self._flat(obs),
             returns=jnp.zeros((self.config.num_envs,), jnp.float32),
             key=k_run,
             update=jnp.zeros((), jnp.int32),
         )
+
+    def imitate(self, key: jax.Array, hp: HParams, params: Any) -> PretrainedStart:
+        """The network `params` fitted to the teacher's episodes (`training.imitation`), from the
+        run's root `key` (a stream of its own: fold_in(key, IMITATION_KEY_TAG)); then, for each of
+        `config.imitation_rounds` (DAgger), episodes of the fitted policy labelled by the teacher
+        are added to the data and the fit goes on."""
+        k_demo, k_fit = jax.random.split(jax.random.fold_in(key, IMITATION_KEY_TAG))
+        demos = self.teacher(k_demo)
+        start = self._fit(params, demos, k_fit, hp)
+        for r in range(1, self.config.imitation_rounds + 1):
+            demos = concatenate(demos, self.teacher(jax.random.fold_in(k_demo, r), self._greedy(start)))
+            start = self._fit(start.params, demos, jax.random.fold_in(k_fit, r), hp)
+        return start
+
+    def _fit(self, params: Any, demos: Demonstrations, key: jax.Array, hp: HParams) -> PretrainedStart:
+        config = self.config
+        return pretrain(self.network, self.layout, params, demos, key, epochs=config.imitation_epochs,
+                        lr=config.imitation_lr, minibatch_size=config.minibatch_size, gamma=hp.gamma,
+                        gae_lambda=hp.gae_lambda, vf_coef=hp.vf_coef, max_grad_norm=hp.max_grad_norm,
+                        normalize_obs=config.normalize_obs, scale_rewards=config.scale_rewards)
+
+    def _greedy(self, start: PretrainedStart) -> Callable[[jax.Array], jax.Array]:
+        """`act(flat_obs float32 (D,)) -> int32 (K,)`: the mode of the fitted policy, in the env's action space."""
+        def act(flat: jax.Array) -> jax.Array:
+            logits = self.network.apply(start.params, self._norm(start.obs_stats, flat), method=ActorCritic.logits)
+            return self.layout.to_env(policy_distribution(logits).mode())
+
+        return act
 
     def _desync(self, key: jax.Array, obs: Any, env_state: Any) -> tuple[Any, Any]:
         """Advance env i by k_i ~ U{0, .., horizon-1} intervals of the warm-up action (the task default).
@@ -464,4 +474,4 @@ def make_train(config: PPOConfig, env: Any = None, env_params: Any = None) -> Tr
     """
     made = training_env(config, env, env_params)
     return Trainer(config, made.env, made.params, initial_action=made.initial_action,
-                   initial_logit=config.default_logit, warmup_action=made.warmup_action)
+                   initial_logit=config.default_logit, warmup_action=made.warmup_action, teacher=made.teacher)

@@ -210,6 +210,10 @@ def cmd_train(args: argparse.Namespace) -> None:
         (out / "eval.json").unlink(missing_ok=True)
     atomic_write_text(out / "config.toml", config.to_toml())
     t0 = time.perf_counter()
+    if config.imitation_episodes and not args.resume and start is None:
+        print(f"imitating the causal mpc first: {config.imitation_episodes} of its episodes and "
+              f"{config.imitation_rounds} DAgger round(s) of as many (training/imitation.py; minutes on a CPU)",
+              flush=True)
     runner, rows = run_training(trainer, out, resume=args.resume, progress=not args.no_progress, initial=start)
     train_seconds = time.perf_counter() - t0
     steps = len(rows) * config.batch_size

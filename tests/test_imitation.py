@@ -1,0 +1,118 @@
+"""training.imitation: the causal MPC's episodes replayed in the env PPO acts in, and the policy
+fitted to them before PPO."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import inferencegym_jax as ig
+from inferencegym_jax import baselines, evaluate, graders, mpc
+from inferencegym_jax.actions import indices_from_action
+from training import probes
+from training.config import PPOConfig, load_config
+from training.networks import ActorCritic, policy_distribution
+from training.ppo import Trainer, make_train
+
+TASK = "InferenceGym-Task2-v1"
+STEPS, EPISODES = 12, 4
+# The MPC at its smallest: the test checks the plumbing, not the plans.
+HORIZON, SAMPLES = 3, 2
+
+
+@pytest.fixture(scope="module")
+def short_task():
+    return ig.make(TASK, max_steps=STEPS)
+
+
+def _config(**changes) -> PPOConfig:
+    return load_config("ppo_task2_v1", num_envs=8, num_steps=STEPS, num_updates=1, num_minibatches=2,
+                       update_epochs=1, history_windows=2, history_window_intervals=3, forecast_intervals=4,
+                       imitation_episodes=EPISODES, imitation_epochs=300, **changes)
+
+
+@pytest.fixture(scope="module")
+def trainer(short_task):
+    return make_train(_config(), *short_task)
+
+
+@pytest.fixture(scope="module")
+def demos(trainer):
+    """The teacher of `trainer` (the wrapped env), with the MPC at its smallest, on key 3."""
+    small = dataclasses.replace(trainer.teacher, horizon=HORIZON, samples=SAMPLES)
+    return small, jax.jit(small)(jax.random.key(3))
+
+
+def test_the_teacher_plays_the_mpc_episode_in_the_wrapped_env(short_task, trainer, demos):
+    env, params = short_task
+    teacher, demos = demos
+    assert teacher.env == trainer.env and teacher.episodes == EPISODES
+    assert demos.obs.shape == (EPISODES, STEPS, trainer.obs_dim)
+    cands = jnp.asarray(teacher.candidates, jnp.int32)
+    keys = jax.random.split(jax.random.key(3), EPISODES)
+    traj = jax.jit(jax.vmap(lambda k: mpc.run_mpc_episode(env, params, cands, k, STEPS, HORIZON, SAMPLES, False,
+                                                          graders.grader_name(TASK))))(keys)
+    # The MPC's own episode (mpc.run_mpc_episode): its actions (grid indices, candidates only) and rewards.
+    np.testing.assert_array_equal(np.asarray(demos.action), np.asarray(indices_from_action(traj.action)))
+    assert {tuple(a) for a in np.asarray(demos.action).reshape(-1, 5).tolist()} <= set(teacher.candidates)
+    np.testing.assert_allclose(np.asarray(demos.reward), np.asarray(traj.reward), rtol=1e-5, atol=1e-6)
+    # ... seen through the wrappers: the first observation is the wrapped env's reset observation.
+    first, _ = trainer.env.reset_env(jax.random.split(keys[0], 3)[0], params)
+    np.testing.assert_array_equal(np.asarray(demos.obs[0, 0]), np.asarray(first))
+    assert np.all(np.isfinite(np.asarray(demos.obs))) and np.all(np.isfinite(np.asarray(demos.final_obs)))
+
+
+def test_a_dagger_episode_is_the_learners_labelled_by_the_mpc(short_task, trainer, demos):
+    env, params = short_task
+    teacher, own = demos
+    best = np.asarray(teacher.candidates[0], np.int32)  # the best static configuration
+    learner = jax.jit(lambda k: teacher(k, act=lambda flat: jnp.asarray(best)))(jax.random.key(3))
+    fixed = jax.jit(jax.vmap(lambda k: evaluate.run_episode(trainer.env, params, baselines.fixed_policy(best), k,
+                                                            STEPS)))(jax.random.split(jax.random.key(3), EPISODES))
+    np.testing.assert_allclose(np.asarray(learner.reward), np.asarray(fixed.reward), rtol=1e-5, atol=1e-6)
+    # Labels are the MPC's choices in the learner's states: at t = 0 the state is the MPC's own.
+    np.testing.assert_array_equal(np.asarray(learner.action[:, 0]), np.asarray(own.action[:, 0]))
+    assert {tuple(a) for a in np.asarray(learner.action).reshape(-1, 5).tolist()} <= set(teacher.candidates)
+    np.testing.assert_array_equal(np.asarray(learner.obs[:, 0]), np.asarray(own.obs[:, 0]))
+
+
+def test_init_starts_ppo_from_the_policy_fitted_to_the_teacher(trainer, demos):
+    _, demos = demos
+    config = trainer.config.replace(imitation_rounds=1)
+    calls = []
+
+    def teacher(key, act=None):  # the fixture's episodes, for the learner's too (DAgger's round 1)
+        calls.append(act)
+        return demos
+
+    fixed = Trainer(config, trainer.env, trainer.env_params, warmup_action=np.zeros(5, np.int32), teacher=teacher)
+    key, hp = fixed.root_key(), fixed.default_hparams()
+    runner = fixed.jit_init(key, hp)
+    # Round 1 asked for the learner's episodes (with its greedy policy) and fitted to both sets.
+    assert calls[0] is None and callable(calls[1])
+    assert float(runner.obs_stats.count) == 2 * EPISODES * STEPS == float(runner.ret_stats.count)
+    np.testing.assert_allclose(np.asarray(runner.obs_stats.mean), np.asarray(demos.obs).mean(axis=(0, 1)),
+                               rtol=1e-5, atol=1e-6)
+    # PPO starts from the fit: 48 intervals, 64x64 networks, it learns the teacher's every choice.
+    logits = fixed.network.apply(runner.params, runner.obs_stats.normalize(demos.obs), method=ActorCritic.logits)
+    mode = np.asarray(fixed.layout.to_env(policy_distribution(logits).mode()))
+    assert np.mean(np.all(mode == np.asarray(demos.action), axis=-1)) >= 0.9
+    # The teacher has a key stream of its own: the envs start as in a run without imitation.
+    _, env_state = fixed._env_reset(jax.random.split(key, 3)[1])
+    jax.tree_util.tree_map(np.testing.assert_array_equal, runner.env_state, env_state)
+    runner, metrics = jax.jit(fixed.run_updates, static_argnums=2)(runner, hp, 1)
+    assert all(np.isfinite(np.asarray(v)).all() for v in metrics.values())
+
+
+def test_imitation_needs_grid_actions_and_a_serving_env():
+    with pytest.raises(ValueError, match="'imitation_episodes' = 4 needs action_mode = 'absolute'"):
+        _config(action_mode="hold")
+    with pytest.raises(ValueError, match="'imitation_episodes' = -4 out of range"):
+        PPOConfig().replace(imitation_episodes=-4)
+    probe = probes.ObservationReward()
+    with pytest.raises(ValueError, match="config key 'imitation_episodes' = 2: imitating the mpc needs a serving env"):
+        make_train(PPOConfig(imitation_episodes=2, num_envs=4, num_steps=4, num_minibatches=1), probe)
