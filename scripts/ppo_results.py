@@ -90,7 +90,7 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
     """Grade the saved seeds and every baseline (and with `with_mpc` the MPC controllers) on
     the same held-out episodes."""
     record = json.loads((_folder(out, task) / "train.json").read_text())
-    seeds = seeds_list = record["seeds"]
+    seeds = record["seeds"]
     configs = [read_config(_folder(out, task) / f"seed{s}") for s in seeds]
     trainers = [make_train(c) for c in configs]
     runners = [load_checkpoint(_folder(out, task) / f"seed{s}", t) for s, t in zip(seeds, trainers)]
@@ -108,7 +108,7 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
     ppo_reward = np.asarray(ppo["reward"])  # (seeds, episodes)
     ppo_scores = np.asarray(ppo["score"]) if graded else ppo_reward
     rows = {"ppo": _seeds_row(ppo_scores, ppo_reward, graded)}
-    start_dirs = [_folder(out, task) / f"seed{s}" / START for s in seeds_list]
+    start_dirs = [_folder(out, task) / f"seed{s}" / START for s in record["seeds"]]
     if all(checkpoint_path(d).exists() for d in start_dirs):
         starts = [load_checkpoint(d, t) for d, t in zip(start_dirs, trainers)]
         starts = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *starts)

@@ -1,5 +1,5 @@
-"""training.imitation: the causal MPC's episodes replayed in the env PPO acts in, and the policy
-fitted to them before PPO."""
+"""training.imitation: the causal MPC's episodes played in the env PPO acts in (and the learner's,
+labelled by it), and the policy fitted to them before PPO."""
 
 from __future__ import annotations
 
