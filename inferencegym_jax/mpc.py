@@ -221,13 +221,13 @@ def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
         past, belief = advance(past, belief, state, info, t, params)
         return (nxt, past, belief), interval_record(reward, info)
 
-    _, traj = jax.lax.scan(body, start_memory(state, params), jnp.arange(num_steps))
+    _, traj = jax.lax.scan(body, (state, *start_memory(params)), jnp.arange(num_steps))
     return traj
 
 
-def start_memory(state: EnvState, params: EnvParams) -> tuple[EnvState, dict, traffic_belief.TrafficBelief]:
-    """(state, the grader sums of no interval, the prior belief): what a controller carries at t = 0."""
-    return state, {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}, traffic_belief.init(params.workload)
+def start_memory(params: EnvParams) -> tuple[dict, traffic_belief.TrafficBelief]:
+    """(the grader sums of no interval, the prior belief): what a controller remembers at t = 0."""
+    return {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}, traffic_belief.init(params.workload)
 
 
 def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, info: dict, t: jax.Array,

@@ -108,6 +108,7 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
     ppo_reward = np.asarray(ppo["reward"])  # (seeds, episodes)
     ppo_scores = np.asarray(ppo["score"]) if graded else ppo_reward
     rows = {"ppo": _seeds_row(ppo_scores, ppo_reward, graded)}
+    per_seed_scores = {"ppo": ppo_scores}  # (seeds, episodes) of each policy trained per seed
     start_dirs = [_folder(out, task) / f"seed{s}" / START for s in record["seeds"]]
     if all(checkpoint_path(d).exists() for d in start_dirs):
         starts = [load_checkpoint(d, t) for d, t in zip(start_dirs, trainers)]
@@ -116,6 +117,7 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
         start_reward = np.asarray(start["reward"])
         start_scores = np.asarray(start["score"]) if graded else start_reward
         rows["ppo_start"] = _seeds_row(start_scores, start_reward, graded)
+        per_seed_scores["ppo_start"] = start_scores
     env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the serving env, not PPO's wrapper
     if graded:
         policies = baselines.baseline_policies(env, trainer.env_params, config.task)
@@ -145,17 +147,15 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
                 best_static_scores = np.asarray(result.scores)
                 # Paired on the same held-out episodes: the traffic of episode i does not depend on
                 # the policy, so the per-episode difference removes the traffic's variance.
-                for row, scores in (("ppo", ppo_scores), ("ppo_start", start_scores if "ppo_start" in rows else None)):
-                    if scores is None:
-                        continue
+                for row, scores in per_seed_scores.items():
                     diff = scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
                     rows[row].update(minus_best_static=float(diff.mean()),
                                      minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
                                      minus_best_static_per_seed=diff.mean(axis=1).tolist())
     if "mpc_oracle" in rows:
         room = rows["mpc_oracle"]["minus_best_static"]
-        for row in ("ppo", "ppo_start"):
-            if "minus_best_static" in rows.get(row, {}):
+        for row in per_seed_scores:
+            if "minus_best_static" in rows[row]:
                 rows[row]["gap_closed"] = rows[row]["minus_best_static"] / room if room > 0 else None
     return {
         "task": config.task, "seeds": seeds, "episodes": episodes,

@@ -70,7 +70,7 @@ def test_a_dagger_episode_is_the_learners_labelled_by_the_mpc(short_task, traine
     env, params = short_task
     teacher, own = demos
     best = np.asarray(teacher.candidates[0], np.int32)  # the best static configuration
-    learner = jax.jit(lambda k: teacher(k, act=lambda flat: jnp.asarray(best)))(jax.random.key(3))
+    learner = jax.jit(lambda k: teacher(k, act=baselines.fixed_policy(best)))(jax.random.key(3))
     fixed = jax.jit(jax.vmap(lambda k: evaluate.run_episode(trainer.env, params, baselines.fixed_policy(best), k,
                                                             STEPS)))(jax.random.split(jax.random.key(3), EPISODES))
     np.testing.assert_allclose(np.asarray(learner.reward), np.asarray(fixed.reward), rtol=1e-5, atol=1e-6)

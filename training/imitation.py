@@ -30,7 +30,6 @@ trains from that start with its own rollouts and rewards.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -40,6 +39,7 @@ from flax import struct
 
 from inferencegym_jax import graders, mpc
 from inferencegym_jax.env import EnvState
+from inferencegym_jax.evaluate import Policy
 from training.advantages import compute_gae
 from training.networks import ActionLayout, ActorCritic, policy_distribution
 from training.normalize import RunningStats
@@ -108,13 +108,15 @@ class MPCTeacher:
         rows = mpc.candidate_actions(base, params, task_id)
         return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows))
 
-    def episode(self, key: jax.Array, act: Callable[[jax.Array], jax.Array] | None = None) -> Demonstrations:
+    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
         """One episode from `key` (the keys of `mpc.run_mpc_episode` and `evaluate.run_episode`),
         each interval labelled with the MPC's choice from the state reached; leaves without the N axis.
 
         Args:
-          act: None: the MPC's choices are played (its own episode); else `act(flat_obs) -> int32
-            (K,)` is (the learner's, for DAgger) and the MPC's choices are only recorded.
+          act: None: the MPC's choices are played (its own episode); else this policy of `env`
+            (`act(key, obs, params)`, asked with the key `evaluate.run_episode` gives it, so the
+            episode is run_episode's) is (the learner, for DAgger) and the MPC's choices are only
+            recorded.
         """
         env, params = self.env, self.params
         base = getattr(env, "unwrapped", env)
@@ -123,7 +125,7 @@ class MPCTeacher:
         grader = graders.grader_name(self.task_id)
         k_reset, k_env, k_plan = jax.random.split(key, 3)
         obs, state = env.reset_env(k_reset, params)
-        _, past, belief = mpc.start_memory(serving_state(state), params)
+        past, belief = mpc.start_memory(params)
 
         def body(carry, t):
             obs, state, past, belief = carry
@@ -131,7 +133,7 @@ class MPCTeacher:
             choice = mpc.plan(base, params, candidates, served, past, belief, t, k_env, k_plan, num_steps,
                               self.horizon, self.samples, clairvoyant=False, grader=grader)
             flat = env.flatten_observation(obs, params)
-            action = choice if act is None else act(flat)
+            action = choice if act is None else act(jax.random.fold_in(k_plan, t), obs, params)
             obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
             past, belief = mpc.advance(past, belief, served, info, t, params)
             return (obs, state, past, belief), (flat, choice, reward)
@@ -139,7 +141,7 @@ class MPCTeacher:
         (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, (obs, state, past, belief), jnp.arange(num_steps))
         return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
 
-    def __call__(self, key: jax.Array, act: Callable[[jax.Array], jax.Array] | None = None) -> Demonstrations:
+    def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
         keys = jax.random.split(key, self.episodes)
         return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
 

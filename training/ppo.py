@@ -138,8 +138,8 @@ class Trainer:
           warmup_action: int32 (K,) in the env's action space that desync_envs steps the envs
             with before training (default: all zeros).
           teacher: optional `teacher(key, act=None) -> imitation.Demonstrations` (pure,
-            jittable; `act`: the learner's policy for a DAgger round) whose episodes `init` fits
-            the network to before PPO (`training.imitation`).
+            jittable; `act`: the learner's policy for a DAgger round, a `TrainedPolicy`) whose
+            episodes `init` fits the network to before PPO (`training.imitation`).
         """
         self.config = config
         self.teacher = teacher
@@ -227,7 +227,8 @@ class Trainer:
         demos = self.teacher(k_demo)
         start = self._fit(params, demos, k_fit, hp)
         for r in range(1, self.config.imitation_rounds + 1):
-            demos = concatenate(demos, self.teacher(jax.random.fold_in(k_demo, r), self._greedy(start)))
+            learner = self.policy(start.params, start.obs_stats)  # the fit's mode
+            demos = concatenate(demos, self.teacher(jax.random.fold_in(k_demo, r), learner))
             start = self._fit(start.params, demos, jax.random.fold_in(k_fit, r), hp)
         return start
 
@@ -237,14 +238,6 @@ class Trainer:
                         lr=config.imitation_lr, minibatch_size=config.minibatch_size, gamma=hp.gamma,
                         gae_lambda=hp.gae_lambda, vf_coef=hp.vf_coef, max_grad_norm=hp.max_grad_norm,
                         normalize_obs=config.normalize_obs, scale_rewards=config.scale_rewards)
-
-    def _greedy(self, start: PretrainedStart) -> Callable[[jax.Array], jax.Array]:
-        """`act(flat_obs float32 (D,)) -> int32 (K,)`: the mode of the fitted policy, in the env's action space."""
-        def act(flat: jax.Array) -> jax.Array:
-            logits = self.network.apply(start.params, self._norm(start.obs_stats, flat), method=ActorCritic.logits)
-            return self.layout.to_env(policy_distribution(logits).mode())
-
-        return act
 
     def _desync(self, key: jax.Array, obs: Any, env_state: Any) -> tuple[Any, Any]:
         """Advance env i by k_i ~ U{0, .., horizon-1} intervals of the warm-up action (the task default).
