@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # The README's test command: a fresh virtual environment, the package installed from this
-# checkout (not editable: tests exercise the installed package), the linter, then the whole suite.
+# checkout (not editable: tests exercise the installed package), the linter, then the fast tier
+# of the suite (every test not marked slow). `--slow` runs the slow tier instead (pyproject.toml's
+# `slow` marker: end-to-end runs and the per-task repeats), `--all` both; CI runs both tiers.
+# Further arguments go to pytest.
 set -euo pipefail
+tier="not slow"
+case "${1:-}" in
+    --slow) tier="slow"; shift ;;
+    --all) tier="slow or not slow"; shift ;;
+esac
 cd "$(dirname "$0")/.."
 python3 -m venv .venv-test
 .venv-test/bin/pip install --quiet --upgrade pip
@@ -14,4 +22,4 @@ export JAX_COMPILATION_CACHE_DIR="$PWD/.jax-test-cache"
 rm -rf "$JAX_COMPILATION_CACHE_DIR"
 export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0.5
 # worksteal: idle workers take queued tests from busy ones, so the slow tests at the end overlap.
-INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 --dist worksteal "$@"
+INFERENCEGYM_REQUIRE_INSTALLED=1 exec .venv-test/bin/pytest -q -n 2 --dist worksteal -m "$tier" "$@"

@@ -17,14 +17,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 if os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED") and "site-packages" not in ig.__file__:
     raise RuntimeError(f"tests must run against the installed package, got {ig.__file__}")
 
-from helpers import PHYSICS_TASK_IDS  # noqa: E402 (needs tests/ on sys.path)
-
-TASK_IDS = PHYSICS_TASK_IDS
+from helpers import physics_task_params  # noqa: E402 (needs tests/ on sys.path)
 
 
-@pytest.fixture(scope="session", params=TASK_IDS)
+@pytest.fixture(scope="session", params=physics_task_params())
 def task(request):
-    """(env, params) of every task the physics tests run on (helpers.PHYSICS_TASK_IDS)."""
+    """(env, params) of every task the physics tests run on (helpers.PHYSICS_TASK_IDS; all but
+    helpers.FAST_PHYSICS_TASK_ID in the slow tier)."""
     return ig.make(request.param)
 
 

@@ -19,6 +19,19 @@ PHYSICS_TASK_IDS = [i for i in ig.registered_envs()
                     if i in ("InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "InferenceGym-Task3-v1",
                              "InferenceGym-Task4-v1")]
 
+# The fast tier (the README's test command) runs the per-task physics tests on the task with the
+# most code paths; the slow tier (`scripts/run_tests.sh --slow`, which CI runs too) on the others.
+FAST_PHYSICS_TASK_ID = "InferenceGym-Task3-v1"
+
+
+def physics_task_params(task_ids: list[str] | None = None) -> list:
+    """`task_ids` (default PHYSICS_TASK_IDS) as pytest params, all but FAST_PHYSICS_TASK_ID
+    marked slow."""
+    import pytest
+
+    return [pytest.param(i, marks=() if i == FAST_PHYSICS_TASK_ID else pytest.mark.slow, id=i)
+            for i in (PHYSICS_TASK_IDS if task_ids is None else task_ids)]
+
 
 def default_action_episode(env, params, key, steps: int, use_step_env: bool = True):
     """(obs0, per-interval (obs, state, info)) of `steps` intervals of the task's default action

@@ -6,10 +6,12 @@ import json
 import os
 
 import jaxlib
+import pytest
 
 from inferencegym_jax.cli import XLA_CPU_FLAGS, main
 
 
+@pytest.mark.slow
 def test_bench_writes_rows_json_and_figure(tmp_path, capsys, monkeypatch):
     # The user-loop row runs in a child with the XLA flags the command started with, not the CLI's.
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
@@ -58,6 +60,7 @@ def test_user_loop_samples_actions_and_returns_only_summed_rewards():
     np.testing.assert_allclose(np.asarray(total), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_xla_cpu_options_script_compares_options_and_bits():
     import subprocess
     import sys

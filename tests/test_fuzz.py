@@ -9,6 +9,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax.testing import fuzz, random_configs
@@ -16,6 +17,7 @@ from inferencegym_jax.testing import fuzz, random_configs
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "fuzz.py"
 
 
+@pytest.mark.slow
 def test_small_campaign_on_the_trace_task_finds_nothing():
     """Task 4 (trace replay) here; the synthetic tasks' in-range params run in test_properties."""
     out = subprocess.run([sys.executable, str(SCRIPT), "--steps", "2000", "--episode-steps", "20", "--tasks", "4"],

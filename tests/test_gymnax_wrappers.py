@@ -155,6 +155,7 @@ def _random_score() -> float:
     return _graded(env, params, baselines.random_policy(env))
 
 
+@pytest.mark.slow
 def test_rejax_ppo_learns_task1():
     """The README's rejax example (same settings, so the test run compiles it once)."""
     rejax = pytest.importorskip("rejax")
@@ -190,6 +191,7 @@ def _load_purejaxrl_ppo(monkeypatch):
     return module
 
 
+@pytest.mark.slow
 def test_purejaxrl_ppo_learns_task1(monkeypatch):
     ppo = _load_purejaxrl_ppo(monkeypatch)
     # Upstream's CartPole config with a budget for a test: 16 envs x 64 steps x 16 updates, lr 1e-3.

@@ -99,6 +99,7 @@ def test_a_history_policy_has_no_stateless_inner_policy_and_bad_settings_are_ref
         wrappers.ArrivalHistoryWrapper(env, 0, WIDTH)
 
 
+@pytest.mark.slow
 def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
     """history_windows wraps the layout env (hold) outermost. A policy whose prior is the best
     static configuration plays it in every interval (its deterministic mode): graded through the

@@ -66,6 +66,7 @@ def test_the_teacher_plays_the_mpc_episode_in_the_wrapped_env(short_task, traine
     assert np.all(np.isfinite(np.asarray(demos.obs))) and np.all(np.isfinite(np.asarray(demos.final_obs)))
 
 
+@pytest.mark.slow
 def test_a_dagger_episode_is_the_learners_labelled_by_the_mpc(short_task, trainer, demos):
     env, params = short_task
     teacher, own = demos

@@ -25,6 +25,10 @@ import pytest
 import inferencegym_jax as ig
 from inferencegym_jax import sharding
 
+# The slow tier (scripts/run_tests.sh --slow, which CI runs): three JAX processes at once;
+# tests/test_sharding.py checks the sharded programs in one process.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("multiprocess_worker.py")
 # The package's root as this process imported it (the checkout or site-packages): the workers
 # import the same files, whatever the working directory.

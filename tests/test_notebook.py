@@ -15,13 +15,18 @@ import os
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
+
+# The slow tier (scripts/run_tests.sh --slow, which CI runs): the whole notebook in a Jupyter kernel.
+pytestmark = pytest.mark.slow
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "quickstart.ipynb"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 OVERRIDE = """
 import os
 import inferencegym_jax
+
 if os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED"):
     assert "site-packages" in inferencegym_jax.__file__, inferencegym_jax.__file__
 print("package:", inferencegym_jax.__file__)

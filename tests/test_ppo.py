@@ -220,6 +220,7 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
     assert probs.min() > 0.01
 
 
+@pytest.mark.slow
 def test_burst_phase_script_reads_a_checkpoint(tmp_path):
     import subprocess
     import sys

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
-from helpers import PHYSICS_TASK_IDS
+from helpers import PHYSICS_TASK_IDS, physics_task_params
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -70,7 +70,7 @@ def episode_program(env_id: str) -> Any:
     return _PROGRAMS[env_id]
 
 
-@pytest.mark.parametrize("env_id", PHYSICS_TASK_IDS)
+@pytest.mark.parametrize("env_id", physics_task_params())
 @SETTINGS
 @given(data=st.data())
 def test_valid_configs_give_finite_bounded_episodes(env_id, data):

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import PHYSICS_TASK_IDS
+from helpers import physics_task_params
 from scipy import stats
 
 import inferencegym_jax as ig
@@ -121,7 +121,7 @@ def moments_of(params):
     return {name: reference.length_moments(getattr(wl, name)) for name in ("prompt", "output", "burst_prompt")}
 
 
-@pytest.mark.parametrize("env_id", PHYSICS_TASK_IDS)
+@pytest.mark.parametrize("env_id", physics_task_params())
 def test_reference_matches_the_jax_env(env_id):
     params, run = jax_rollout(env_id)
     p, moments = reference.to_numpy(params), moments_of(params)
@@ -162,7 +162,7 @@ def test_reference_matches_the_jax_env(env_id):
 TIGHT = dict(rtol=2e-6, scale_tol=0.0, atol=0.0)  # float32 rounding of two formulations of one formula
 
 
-@pytest.mark.parametrize("env_id", PHYSICS_TASK_IDS)
+@pytest.mark.parametrize("env_id", physics_task_params())
 def test_roofline_matches_perf_model(env_id):
     """The roofline alone, at 2e-6 (a few float32 ulp): a grid of batches, contexts and (fractional)
     draft lengths on every tier; prefill passes; the prefill throughput admission uses; KV capacity."""
@@ -202,7 +202,7 @@ def shrink_server(state, arrivals, factor):
     return smaller, jax.tree_util.tree_map(scale, arrivals)
 
 
-@pytest.mark.parametrize("env_id", PHYSICS_TASK_IDS)
+@pytest.mark.parametrize("env_id", physics_task_params())
 def test_serve_interval_matches_at_the_smallest_amounts(env_id):
     """Queues, pools and arrivals of a few requests' millionths (either side of the EPS guard):
     the guards must cut at the same amount in both implementations."""

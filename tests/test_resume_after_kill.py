@@ -18,9 +18,14 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from flax import serialization
 
 from training.checkpoint import FILENAME, read_header
+
+# The slow tier (scripts/run_tests.sh --slow, which CI runs): training killed and resumed in
+# subprocesses; tests/test_checkpoint.py checks a stop and resume in one process.
+pytestmark = pytest.mark.slow
 
 # Enough updates that, at ~10 ms per checkpointed update, the run is still going when the test
 # has seen its first checkpoint; tiny shapes, so a run is import + compile + ~1-2 s.

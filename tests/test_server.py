@@ -434,6 +434,7 @@ def _evicts_the_least_recently_used_session_at_the_limit(http: httpx.Client, lim
         http.delete(f"/sessions/{sid}")
 
 
+@pytest.mark.slow
 def test_the_asgi_module_openenv_yaml_names_serves_under_plain_uvicorn():
     """openenv.yaml's `app:` is inferencegym_jax.server.asgi:app; uvicorn runs it as is. A server
     of this test alone, so it also checks that the least recently used session is evicted at the
