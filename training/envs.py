@@ -104,5 +104,5 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
         env = wrappers.TrafficForecastWrapper(env, config.forecast_intervals)
     teacher = None
     if config.imitation_episodes:
-        teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes)
+        teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes, config.imitation_horizon)
     return TrainingEnv(env, params, initial, warmup, teacher)

@@ -102,11 +102,12 @@ class MPCTeacher:
     samples: int = 4
 
     @classmethod
-    def build(cls, env: Any, params: Any, task_id: str, episodes: int) -> MPCTeacher:
-        """The teacher with the MPC's default candidates (`mpc.candidate_actions`)."""
+    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int = 10) -> MPCTeacher:
+        """The teacher with the MPC's default candidates (`mpc.candidate_actions`), looking
+        `horizon` intervals ahead."""
         base = getattr(env, "unwrapped", env)
         rows = mpc.candidate_actions(base, params, task_id)
-        return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows))
+        return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows), horizon)
 
     def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
         """One episode from `key` (the keys of `mpc.run_mpc_episode` and `evaluate.run_episode`),
