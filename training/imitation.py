@@ -7,10 +7,10 @@ results/mpc_behaviour_task2_v1.json), and PPO started on the best static configu
 find those reactions. With `config.imitation_episodes > 0`, `Trainer.init` therefore starts PPO
 from a policy fitted to the MPC's choices:
 
-1. `MPCTeacher` plays `imitation_episodes` episodes of the causal MPC (its default horizon,
-   samples and candidates) in the env PPO acts in (wrappers included), on keys of the run's own
-   training stream, recording the flat observation the policy would have seen and the MPC's
-   choice at each interval;
+1. `MPCTeacher` plays `imitation_episodes` episodes of the causal MPC (`imitation_horizon`
+   intervals ahead, its default samples and candidates) in the env PPO acts in (wrappers
+   included), on keys of the run's own training stream, recording the flat observation the
+   policy would have seen and the MPC's choice at each interval;
 2. `pretrain` sets the observation normaliser to those observations' statistics and the return
    scale to their discounted returns', then for `imitation_epochs` epochs fits the actor to the
    teacher's choices (cross-entropy) and the critic to the teacher's lambda-returns, recomputed
@@ -102,7 +102,7 @@ class MPCTeacher:
     samples: int = 4
 
     @classmethod
-    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int = 10) -> MPCTeacher:
+    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int) -> MPCTeacher:
         """The teacher with the MPC's default candidates (`mpc.candidate_actions`), looking
         `horizon` intervals ahead."""
         base = getattr(env, "unwrapped", env)
