@@ -58,6 +58,13 @@ from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
 
+# [intervals] The default look-ahead: three start-ups of the v1 tasks' prefill engine
+# (prefill_start_s = 10 s at 1-s intervals, configs/tasks/task3_v1.toml and task4_v1.toml), so a
+# rollout that turns disaggregation on also sees it pay back. At 10 intervals it saw only the
+# start-up, and the v1 oracles found less room (results/mpc_gap_v1.json against
+# results/mpc_gap_v1_h30.json, README "Graders and baselines").
+HORIZON = 30
+
 
 def candidate_actions(env: InferenceGymEnv, params: EnvParams, task_id: str,
                       best_static: Sequence[int] | None = None) -> np.ndarray:
@@ -248,7 +255,7 @@ def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clair
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
-                     clairvoyant: bool, horizon: int = 10, samples: int = 4, candidates: np.ndarray | None = None,
+                     clairvoyant: bool, horizon: int = HORIZON, samples: int = 4, candidates: np.ndarray | None = None,
                      batch_size: int = BATCH_MULTIPLE, num_steps: int | None = None,
                      objective: str = "grade", traffic_state: str = "belief") -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired

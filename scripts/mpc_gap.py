@@ -4,11 +4,11 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
     python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
     python scripts/mpc_gap.py --version 1            # the v1 tasks
-    python scripts/mpc_gap.py --objective reward     # plan on the summed reward (the README's v0 table)
+    python scripts/mpc_gap.py --objective reward --horizon 10   # the README's v0 table: the first controllers
     python scripts/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
-    python scripts/mpc_gap.py --version 1 --task 2 --json results/mpc_behaviour_task2_v1.json   # README, task 2-v1
+    python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
     # task 2-v1 planned on v0's reward:
-    python scripts/mpc_gap.py --version 1 --task 2 --objective reward \
+    python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
 
 Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). A second
@@ -72,7 +72,9 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
              **behaviour(static_traj, static_action)}]
     controllers = [("mpc_oracle (oracle bound)", True, "belief"), ("mpc (causal)", False, "belief")]
-    if true_traffic_state:
+    # A replayed trace has no hidden traffic state: a causal plan forecasts it from other stretches
+    # of the trace either way (mpc._planning_state), so the row would repeat the causal one.
+    if true_traffic_state and params.workload.schedule != "trace":
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--task", type=int, action="append", help="task numbers (default 1-4)")
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--horizon", type=int, default=10, help="[intervals] each rollout looks ahead")
+    parser.add_argument("--horizon", type=int, default=mpc.HORIZON, help="[intervals] each rollout looks ahead")
     parser.add_argument("--samples", type=int, default=4, help="futures the causal MPC averages over")
     parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
     parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVES), default="grade",
@@ -99,7 +101,8 @@ def main() -> None:
     parser.add_argument("--task-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a task-file key, e.g. 'reward.kind=\"rates\"' (TOML value; repeatable)")
     parser.add_argument("--true-traffic-state", action="store_true",
-                        help="also the causal MPC planning from the episode's true burst phase or state")
+                        help="also the causal MPC planning from the episode's true burst phase or state "
+                             "(not on a replayed trace, which has none)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     overrides = task_overrides(args.task_set)

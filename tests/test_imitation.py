@@ -116,7 +116,9 @@ def test_imitation_needs_grid_actions_and_a_serving_env():
         PPOConfig().replace(imitation_episodes=-4)
     with pytest.raises(ValueError, match="'imitation_horizon' = 0 out of range"):
         PPOConfig().replace(imitation_horizon=0)
-    assert make_train(_config(imitation_horizon=30), *ig.make(TASK, max_steps=STEPS)).teacher.horizon == 30
+    assert PPOConfig().imitation_horizon == mpc.HORIZON
+    # The config reaches the teacher (7: neither the config's default nor the teacher's).
+    assert make_train(_config(imitation_horizon=7), *ig.make(TASK, max_steps=STEPS)).teacher.horizon == 7
     probe = probes.ObservationReward()
     with pytest.raises(ValueError, match="config key 'imitation_episodes' = 2: imitating the mpc needs a serving env"):
         make_train(PPOConfig(imitation_episodes=2, num_envs=4, num_steps=4, num_minibatches=1), probe)

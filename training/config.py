@@ -27,6 +27,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
+from inferencegym_jax import mpc
 from inferencegym_jax.package_files import shipped
 
 TRACED = "traced"
@@ -111,9 +112,10 @@ class PPOConfig:
                                     lambda v: 0 <= v <= 64, "in [0, 64]")
     imitation_lr: float = _static(1e-3, "Adam learning rate of the fit to the mpc's episodes",
                                   lambda v: 0.0 < v <= 1.0, "in (0, 1]")
-    imitation_horizon: int = _static(10, "[intervals] the teacher mpc looks ahead (mpc.plan); it should cover the "
-                                         "slowest reconfiguration's start-up and its payback (the v1 tasks' prefill "
-                                         "engine starts in 10 s: README, the MPC horizon table)",
+    imitation_horizon: int = _static(mpc.HORIZON, "[intervals] the teacher mpc looks ahead (mpc.plan; default "
+                                                  "mpc.HORIZON); it should cover the slowest reconfiguration's "
+                                                  "start-up and its payback (the v1 tasks' prefill engine starts "
+                                                  "in 10 s: README, the MPC horizon table)",
                                      lambda v: 1 <= v <= 1024, "in [1, 1024]")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
                                         "task's default action (absolute mode), 'no change' (relative and hold "

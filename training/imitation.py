@@ -98,7 +98,7 @@ class MPCTeacher:
     task_id: str
     episodes: int
     candidates: tuple[tuple[int, ...], ...]
-    horizon: int = 10
+    horizon: int = mpc.HORIZON
     samples: int = 4
 
     @classmethod
