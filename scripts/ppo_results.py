@@ -223,7 +223,8 @@ def markdown(results: list[dict]) -> str:
             cells.append("n/a")
         if with_mpc:
             closed = ppo.get("gap_closed")
-            cells.append("n/a (no room)" if closed is None else f"{100 * closed:.0f}%")
+            pct = None if closed is None else 100 * closed
+            cells.append("n/a (no room)" if pct is None else f"{pct if abs(pct) >= 0.5 else 0.0:.0f}%")  # no "-0%"
         lines.append(f"| {r['task']} | {'score' if graded else 'reward'} | " + " | ".join(cells)
                      + f" | {r['env_steps_per_seed']:,} x {r['seeds']} | {r['train_seconds_all_seeds']:.0f} |")
     return "\n".join(lines)
