@@ -178,6 +178,12 @@ def _seeds_row(scores: np.ndarray, reward: np.ndarray, graded: bool) -> dict:
     }
 
 
+def _percent(fraction: float) -> str:
+    """A fraction as a whole percentage, "0%" rather than "-0%" for a tiny negative one."""
+    pct = 100 * fraction
+    return f"{pct if abs(pct) >= 0.5 else 0.0:.0f}%"
+
+
 def start_lines(results: list[dict]) -> str:
     """One line per task whose PPO started from an imitation: that start's score before any update."""
     lines = []
@@ -191,7 +197,7 @@ def start_lines(results: list[dict]) -> str:
             diff, ci = start["minus_best_static"], start["minus_best_static_ci95_episodes"]
             line += f", {diff:+.4f} ± {ci:.4f} over best_static"
         if start.get("gap_closed") is not None:
-            line += f" ({100 * start['gap_closed']:.0f}% of the gap)"
+            line += f" ({_percent(start['gap_closed'])} of the gap)"
         per_seed = ", ".join(f"{d:+.4f}" for d in start.get("minus_best_static_per_seed", []))
         lines.append(line + (f"; per seed {per_seed}" if per_seed else "") + ".")
     return "\n".join(lines)
@@ -223,8 +229,7 @@ def markdown(results: list[dict]) -> str:
             cells.append("n/a")
         if with_mpc:
             closed = ppo.get("gap_closed")
-            pct = None if closed is None else 100 * closed
-            cells.append("n/a (no room)" if pct is None else f"{pct if abs(pct) >= 0.5 else 0.0:.0f}%")  # no "-0%"
+            cells.append("n/a (no room)" if closed is None else _percent(closed))
         lines.append(f"| {r['task']} | {'score' if graded else 'reward'} | " + " | ".join(cells)
                      + f" | {r['env_steps_per_seed']:,} x {r['seeds']} | {r['train_seconds_all_seeds']:.0f} |")
     return "\n".join(lines)
