@@ -72,8 +72,8 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
              **behaviour(static_traj, static_action)}]
     controllers = [("mpc_oracle (oracle bound)", True, "belief"), ("mpc (causal)", False, "belief")]
-    # A replayed trace has no hidden traffic state: a causal plan forecasts it from other stretches
-    # of the trace either way (mpc._planning_state), so the row would repeat the causal one.
+    # A replayed trace has no hidden traffic state: a causal plan replays the trace's recent past
+    # either way (mpc._planning_state), so the row would repeat the causal one.
     if true_traffic_state and params.workload.schedule != "trace":
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
     for name, clairvoyant, traffic_state in controllers:
@@ -115,7 +115,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         rows += new
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
-          f"{args.samples} sampled futures for the causal MPC, objective {args.objective}"
+          f"{args.samples} sampled futures for the causal MPC (one, the recent past, on a replayed trace), "
+          f"objective {args.objective}"
           + (f", task overrides {overrides}" if overrides else "") + "\n")
     print("| task | policy | score | gain over best_static (95% CI, paired) | wall s |\n|---|---|---:|---:|---:|")
     for r in rows:

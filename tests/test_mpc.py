@@ -107,10 +107,31 @@ def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_tha
     assert float(open_end) <= float(got) + 1e-6
 
 
-def test_a_causal_plan_on_a_replayed_trace_forecasts_from_other_stretches_of_it():
-    env, params = ig.make("InferenceGym-Task4-v0")
+def test_a_causal_plan_on_a_replayed_trace_replays_its_recent_past():
+    env, params = ig.make("InferenceGym-Task4-v1")
     _, state = env.reset_env(jax.random.key(0), params)
-    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 3, HORIZON, 4, clairvoyant=False)
-    phases = [float(mpc._planning_state(state, params, k, False, 200).workload.phase_s) for k in keys]
-    assert len(set(phases)) == 4 and float(state.workload.phase_s) not in phases
-    assert mpc._planning_state(state, params, keys[0], True, 200) is state  # the oracle replays its own
+    action = jnp.asarray(mpc.candidate_actions(env, params, "InferenceGym-Task4-v1")[0])
+    horizon, now = 6, 10
+
+    def counts(state, steps):
+        def body(state, _):
+            _, state, _, _, _, info = env.step_env(jax.random.key(0), state, action, params)
+            return state, info["arrivals"].count
+        return jax.lax.scan(body, state, None, steps)
+
+    state, seen = counts(state, now)
+    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), now, horizon, 1, clairvoyant=False)[0]
+    planned = mpc._planning_state(state, params, keys, False, 600, horizon)
+    _, forecast = counts(planned, horizon)
+    np.testing.assert_array_equal(np.asarray(forecast), np.asarray(seen[now - horizon:]))
+    assert float(np.sum(seen)) > 0  # the trace's own arrivals, not an empty stretch
+    assert mpc._planning_state(state, params, keys, True, 600, horizon) is state  # the oracle replays its own
+
+
+def test_a_trace_with_no_past_to_replay_forecasts_from_other_stretches_of_it():
+    env, params = ig.make("InferenceGym-Task4-v1")
+    _, state = env.reset_env(jax.random.key(0), params)
+    state = state.replace(workload=state.workload.replace(phase_s=jnp.float32(2.0)))  # 2 s into the trace
+    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 0, HORIZON, 4, clairvoyant=False)
+    phases = [float(mpc._planning_state(state, params, k, False, 600, HORIZON).workload.phase_s) for k in keys]
+    assert len(set(phases)) == 4 and all(p >= 0.0 for p in phases)

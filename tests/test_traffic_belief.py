@@ -102,8 +102,8 @@ def test_the_causal_plan_draws_the_phase_from_the_belief_not_the_episode():
     other = state.replace(workload=state.workload.replace(phase_s=state.workload.phase_s + 17.0))
     belief = traffic_belief.init(params.workload)
     keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 3, 3, 4, clairvoyant=False)
-    a = [float(mpc._planning_state(state, params, k, False, 200, belief).workload.phase_s) for k in keys]
-    b = [float(mpc._planning_state(other, params, k, False, 200, belief).workload.phase_s) for k in keys]
+    a = [float(mpc._planning_state(state, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
+    b = [float(mpc._planning_state(other, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
     assert a == b and len(set(a)) == 4
     with pytest.raises(ValueError, match="traffic_state='exact'"):
         mpc.run_mpc_episodes(env, params, "InferenceGym-Task2-v1", jax.random.key(0), 1, clairvoyant=False,
