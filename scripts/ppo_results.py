@@ -12,15 +12,15 @@ CI over seeds (normal approximation) and, apart, the CI over all seed x episode 
 Each seed's final state is saved as OUT/task<N>/seed<S>/checkpoint.msgpack (so
 `inferencegym eval --checkpoint OUT/task<N>/seed<S>` re-grades it), and `--grade-only` grades
 saved checkpoints again without training. Writes OUT/results.json and OUT/results.md (the
-markdown table) and prints the table. A config with imitation (`imitation_episodes`, task 2-v1's)
+markdown table) and prints the table. A config with imitation (`imitation_episodes`, tasks 2-4-v1's)
 keeps PPO's start apart: each seed's policy fitted to the causal mpc, before any PPO update, is
 saved in OUT/task<N>_v<k>/seed<S>/start and graded on the same episodes (the "ppo_start" row of
 the JSON, a line under the table), so what PPO adds to the imitation is measured, not assumed.
 
 With --mpc the table also has the model-predictive controllers of inferencegym_jax.mpc on the
 same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, which plans
-from the traffic belief, `inferencegym_jax.traffic_belief`; their default horizon, samples and
-candidates) and a "gap closed" column: (PPO - best_static) /
+from the traffic belief, `inferencegym_jax.traffic_belief`, or on a replayed trace from its
+recent past; their default horizon, samples and candidates) and a "gap closed" column: (PPO - best_static) /
 (mpc_oracle - best_static), the share of the room the oracle shows that PPO takes.
 """
 
