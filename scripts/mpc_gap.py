@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--horizon", type=int, default=mpc.HORIZON, help="[intervals] each rollout looks ahead")
-    parser.add_argument("--samples", type=int, default=4, help="futures the causal MPC averages over")
+    parser.add_argument("--samples", type=int, default=mpc.SAMPLES, help="futures the causal MPC averages over")
     parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
     parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVES), default="grade",
                         help="what the controllers plan on (inferencegym_jax.mpc)")

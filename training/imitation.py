@@ -99,7 +99,7 @@ class MPCTeacher:
     episodes: int
     candidates: tuple[tuple[int, ...], ...]
     horizon: int = mpc.HORIZON
-    samples: int = 4
+    samples: int = mpc.SAMPLES
 
     @classmethod
     def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int) -> MPCTeacher:
