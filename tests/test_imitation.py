@@ -116,9 +116,14 @@ def test_imitation_needs_grid_actions_and_a_serving_env():
         PPOConfig().replace(imitation_episodes=-4)
     with pytest.raises(ValueError, match="'imitation_horizon' = 0 out of range"):
         PPOConfig().replace(imitation_horizon=0)
+    with pytest.raises(ValueError, match="'imitation_samples' = 0 out of range"):
+        PPOConfig().replace(imitation_samples=0)
     assert PPOConfig().imitation_horizon == mpc.HORIZON
-    # The config reaches the teacher (7: neither the config's default nor the teacher's).
-    assert make_train(_config(imitation_horizon=7), *ig.make(TASK, max_steps=STEPS)).teacher.horizon == 7
+    # The teacher every shipped imitation was measured with, and what an older checkpoint ran.
+    assert PPOConfig().imitation_samples == 4
+    # The config reaches the teacher (7 and 5: no default of either).
+    teacher = make_train(_config(imitation_horizon=7, imitation_samples=5), *ig.make(TASK, max_steps=STEPS)).teacher
+    assert (teacher.horizon, teacher.samples) == (7, 5)
     probe = probes.ObservationReward()
     with pytest.raises(ValueError, match="config key 'imitation_episodes' = 2: imitating the mpc needs a serving env"):
         make_train(PPOConfig(imitation_episodes=2, num_envs=4, num_steps=4, num_minibatches=1), probe)

@@ -117,6 +117,12 @@ class PPOConfig:
                                                   "start-up and its payback (the v1 tasks' prefill engine starts "
                                                   "in 10 s: README, the MPC horizon table)",
                                      lambda v: 1 <= v <= 1024, "in [1, 1024]")
+    # 4, not mpc.SAMPLES (16): every shipped imitation was measured with 4, and a checkpoint written
+    # before this key existed reads back with its default, so the default must be what it ran.
+    imitation_samples: int = _static(4, "sampled futures the teacher mpc averages each candidate over (mpc.plan; "
+                                        "one on a replayed trace; the mpc baseline uses mpc.SAMPLES = 16); each "
+                                        "costs a rollout per candidate per interval",
+                                     lambda v: 1 <= v <= 1024, "in [1, 1024]")
     default_logit: float = _static(0.0, "initial logit bonus per knob of the action initial_action names: the "
                                         "task's default action (absolute mode), 'no change' (relative and hold "
                                         "modes) or the best static configuration; 0: a uniform start",

@@ -104,5 +104,6 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
         env = wrappers.TrafficForecastWrapper(env, config.forecast_intervals)
     teacher = None
     if config.imitation_episodes:
-        teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes, config.imitation_horizon)
+        teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes, config.imitation_horizon,
+                                   config.imitation_samples)
     return TrainingEnv(env, params, initial, warmup, teacher)

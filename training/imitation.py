@@ -8,7 +8,7 @@ find those reactions. With `config.imitation_episodes > 0`, `Trainer.init` there
 from a policy fitted to the MPC's choices:
 
 1. `MPCTeacher` plays `imitation_episodes` episodes of the causal MPC (`imitation_horizon`
-   intervals ahead, its default samples and candidates) in the env PPO acts in (wrappers
+   intervals ahead over `imitation_samples` futures, its default candidates) in the env PPO acts in (wrappers
    included), on keys of the run's own training stream, recording the flat observation the
    policy would have seen and the MPC's choice at each interval;
 2. `pretrain` sets the observation normaliser to those observations' statistics and the return
@@ -98,16 +98,17 @@ class MPCTeacher:
     task_id: str
     episodes: int
     candidates: tuple[tuple[int, ...], ...]
-    horizon: int = mpc.HORIZON
-    samples: int = mpc.SAMPLES
+    horizon: int
+    samples: int
 
     @classmethod
-    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int) -> MPCTeacher:
+    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int,
+              samples: int) -> MPCTeacher:
         """The teacher with the MPC's default candidates (`mpc.candidate_actions`), looking
-        `horizon` intervals ahead."""
+        `horizon` intervals ahead over `samples` futures."""
         base = getattr(env, "unwrapped", env)
         rows = mpc.candidate_actions(base, params, task_id)
-        return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows), horizon)
+        return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows), horizon, samples)
 
     def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
         """One episode from `key` (the keys of `mpc.run_mpc_episode` and `evaluate.run_episode`),
