@@ -70,7 +70,7 @@ HORIZON = 30
 # Futures the causal MPC averages each candidate over by default (one on a replayed trace, `plan`).
 # 4 were too few: on 64 held-out episodes 16 scored +0.073 on task 2-v1 (4: +0.044, 64: +0.075)
 # and +0.065 on task 3-v1 (4: +0.042), README "Graders and baselines". The imitation's teacher
-# keeps 4 (training.config's `imitation_samples`), with which the shipped configs were measured.
+# has its own default, 4 (training.config's `imitation_samples`; task 2-v1's config sets 16).
 SAMPLES = 16
 
 

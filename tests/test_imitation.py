@@ -119,7 +119,7 @@ def test_imitation_needs_grid_actions_and_a_serving_env():
     with pytest.raises(ValueError, match="'imitation_samples' = 0 out of range"):
         PPOConfig().replace(imitation_samples=0)
     assert PPOConfig().imitation_horizon == mpc.HORIZON
-    # The teacher every shipped imitation was measured with, and what an older checkpoint ran.
+    # What an older checkpoint's teacher ran (and the shipped task 3-v1 and 4-v1 imitations).
     assert PPOConfig().imitation_samples == 4
     # The config reaches the teacher (7 and 5: no default of either).
     teacher = make_train(_config(imitation_horizon=7, imitation_samples=5), *ig.make(TASK, max_steps=STEPS)).teacher

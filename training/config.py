@@ -117,8 +117,9 @@ class PPOConfig:
                                                   "start-up and its payback (the v1 tasks' prefill engine starts "
                                                   "in 10 s: README, the MPC horizon table)",
                                      lambda v: 1 <= v <= 1024, "in [1, 1024]")
-    # 4, not mpc.SAMPLES (16): every shipped imitation was measured with 4, and a checkpoint written
-    # before this key existed reads back with its default, so the default must be what it ran.
+    # 4, not mpc.SAMPLES (16): the shipped imitations of tasks 3-v1 and 4-v1 were measured with 4 (task
+    # 2-v1's config sets 16), and a checkpoint written before this key existed reads back with its
+    # default, so the default must be what it ran.
     imitation_samples: int = _static(4, "sampled futures the teacher mpc averages each candidate over (mpc.plan; "
                                         "one on a replayed trace; the mpc baseline uses mpc.SAMPLES = 16); each "
                                         "costs a rollout per candidate per interval",
