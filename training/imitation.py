@@ -8,9 +8,9 @@ find those reactions. With `config.imitation_episodes > 0`, `Trainer.init` there
 from a policy fitted to the MPC's choices:
 
 1. `MPCTeacher` plays `imitation_episodes` episodes of the causal MPC (`imitation_horizon`
-   intervals ahead over `imitation_samples` futures, its default candidates) in the env PPO acts in (wrappers
-   included), on keys of the run's own training stream, recording the flat observation the
-   policy would have seen and the MPC's choice at each interval;
+   intervals ahead over `imitation_samples` futures, its default candidates) in the env PPO acts
+   in (wrappers included), on keys of the run's own training stream, recording the flat
+   observation the policy would have seen and the MPC's choice at each interval;
 2. `pretrain` sets the observation normaliser to those observations' statistics and the return
    scale to their discounted returns', then for `imitation_epochs` epochs fits the actor to the
    teacher's choices (cross-entropy) and the critic to the teacher's lambda-returns, recomputed
