@@ -239,3 +239,30 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path):
     assert "| 1 | 96 |" in out and "policy, burst: mean reward" in out and "policy, all" in out
     assert re.search(r"\| batch_size \| 7 \| 0\.\d{4} \| 0\.\d{4} \|", out), out
     assert re.search(r"\| batch_size \| 128 \| 0\.\d{4} \| [+-]\d\.\d{4} ± \d\.\d{4} \|", out), out
+
+
+def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
+    """scripts/ppo_results.py --uniform-start (the README's uniform-start table): on each v1 task
+    2-4 the shipped config loads with no prior, no imitation and no forecast, the settings the
+    flag documents and 5x the shipped updates, and a --set pair still wins over them."""
+    import importlib.util
+    from pathlib import Path
+
+    from inferencegym_jax.cli.common import ppo_config_name
+    from training.config import load_config
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "ppo_results.py"
+    spec = importlib.util.spec_from_file_location("ppo_results", script)
+    ppo_results = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ppo_results)
+    for n, shipped_updates in ((2, 200), (3, 200), (4, 400)):
+        task = f"InferenceGym-Task{n}-v1"
+        shipped = load_config(ppo_config_name(task))
+        assert shipped.default_logit > 0 and shipped.imitation_episodes > 0  # the prior the flag removes
+        assert shipped.num_updates == shipped_updates
+        config = load_config(ppo_config_name(task), **ppo_results.run_overrides(task, True, None))
+        assert (config.default_logit, config.initial_action, config.imitation_episodes) == (0.0, "default", 0)
+        assert (config.forecast_intervals, config.lr, config.ent_coef) == (0, 3e-3, 0.0)
+        assert config.num_updates == 5 * shipped_updates and config.task == task
+        assert ppo_results.run_overrides(task, True, ["num_updates=7"])["num_updates"] == 7
+        assert ppo_results.run_overrides(task, False, ["lr=0.1"]) == {"lr": 0.1}
