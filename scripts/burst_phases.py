@@ -1,6 +1,9 @@
 """Where an adaptive policy can gain on a bursty task: reward per burst phase, static vs trained.
 
     python scripts/burst_phases.py --task 2 --checkpoint runs/results/task2/seed0
+    python scripts/burst_phases.py --task 2 --version 1 --checkpoint DIR   # a policy of task 2-v1
+    python scripts/burst_phases.py --task 2 --version 1 --kv 9 --specs 1 --batches 6 7 8 12 \
+        --switch batch_size=8 batch_size=12 --switch-fraction 0.1 0.2 0.5 1   # README, uniform start
 
 Runs held-out episodes (evaluation_key(0)) and splits their intervals into burst intervals
 (offered output tokens above twice the episode-set median) and the rest. Prints, for static
@@ -9,6 +12,8 @@ trained policy (if `--checkpoint` is given) picks each (spec_length, batch_size)
 its mean reward there, and the grader score of that policy with one knob at a time replaced by
 the best static configuration's value, in every interval or in bursts only. The best static
 configuration per phase, played in the right phase, bounds what switching on the burst can gain.
+`--switch` grades the best static configuration with one knob switched in bursts, in every burst
+interval or (`--switch-fraction`) in a random share of them, as a policy's exploration would.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from inferencegym_jax.tasks import resolve_id
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", type=int, default=2)
+    parser.add_argument("--version", type=int, choices=(0, 1), default=0,
+                        help="the task's version: InferenceGym-TaskN-vV")
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--kv", type=int, default=1, help="kv_budget grid index of the static configurations")
     parser.add_argument("--specs", type=int, nargs="+", default=[0, 1, 2], help="spec_length grid indices")
@@ -37,7 +44,11 @@ def main() -> None:
     parser.add_argument("--switch", nargs="+", default=[], metavar="KNOB=INDEX",
                         help="switching rules to grade: the best static configuration, with KNOB at grid INDEX "
                              "in bursts (e.g. batch_size=8)")
+    parser.add_argument("--switch-fraction", type=float, nargs="+", default=[1.0], metavar="P",
+                        help="shares of the burst intervals, drawn at random, in which each --switch applies")
     args = parser.parse_args()
+    if not all(0.0 <= p <= 1.0 for p in args.switch_fraction):
+        raise SystemExit(f"--switch-fraction {args.switch_fraction}: each must be in [0, 1]")
     switches = []
     for item in args.switch:
         knob, _, index = item.partition("=")
@@ -45,14 +56,15 @@ def main() -> None:
             raise SystemExit(f"--switch {item!r}: expected KNOB=INDEX with KNOB one of {list(KNOBS)}")
         switches.append((KNOBS.index(knob), int(index)))
 
-    env, params = ig.make(resolve_id(args.task))
+    task_id = resolve_id(f"InferenceGym-Task{args.task}-v{args.version}", "--task/--version ")
+    env, params = ig.make(task_id)
     steps = int(params.max_steps_in_episode)
     keys = evaluate.episode_keys(evaluate.evaluation_key(0), 0, args.episodes)
     run = jax.jit(lambda policy_args, policy: jax.vmap(
         lambda k: evaluate.run_episode(env, params, policy(policy_args), k, steps))(keys), static_argnums=1)
 
     offered = None
-    print(f"Task {args.task}, {args.episodes} held-out episodes; mean reward per interval")
+    print(f"{task_id}, {args.episodes} held-out episodes; mean reward per interval")
     print("| spec_length | batch_size | all | burst | between bursts |\n|---:|---:|---:|---:|---:|")
     for spec in args.specs:
         for batch in args.batches:
@@ -66,21 +78,13 @@ def main() -> None:
     print(f"burst intervals: {burst.mean():.1%}")
     if not (switches or args.checkpoint):
         return
-    reference = BestStatic(params, run, args.task)  # the baseline of both comparisons below
+    reference = BestStatic(params, run, task_id)  # the baseline of both comparisons below
     if switches:
-        switching_rules(reference, switches)
+        switching_rules(reference, switches, args.switch_fraction)
 
     if args.checkpoint:
-        from inferencegym_jax.wrappers import base_action_policy
-        from training.checkpoint import load_checkpoint, read_config
-        from training.ppo import make_train
-
-        trainer = make_train(read_config(args.checkpoint))
-        runner = load_checkpoint(args.checkpoint, trainer)
-        def trained(r):  # as grid indices: the policy acts in trainer.env's (hold / relative) action space
-            return base_action_policy(trainer.env, trainer.policy(r.params, r.obs_stats, True))
-
-        traj = run(runner, trained)
+        act, play = trained_policy(args.checkpoint, env, params, steps, keys)
+        traj = play(act)
         reward = np.asarray(traj.reward)
         picks = np.stack([np.asarray(traj.action.spec_length), np.asarray(traj.action.batch_size)], axis=-1)
         for name, mask in (("burst", burst), ("between bursts", ~burst)):
@@ -88,7 +92,51 @@ def main() -> None:
             top = ", ".join(f"spec {s:g} / batch {b:g} {n / mask.sum():.0%}" for (s, b), n in counts.most_common(4))
             print(f"policy, {name}: mean reward {reward[mask].mean():.4f}; {top}")
         print(f"policy, all: mean reward {reward.mean():.4f}")
-        knob_ablations(reference, env, trained(runner))
+        knob_ablations(reference, env, act, play)
+
+
+def trained_policy(checkpoint: str, env, params, steps: int, keys: jax.Array):
+    """(act, play): a checkpoint's policy as `act(key, obs, params) -> int32 (5,)` grid indices,
+    with `act.arrival_rate(obs)` [req/s] the arrival-rate EMA it sees, and `play(policy)`, the
+    held-out episodes of a policy of act's observations (a Trajectory, jitted per policy).
+
+    A policy of a wrapper with a memory (the arrival history, the burst forecast) acts in that
+    wrapper, on its flat observation (the serving env's first, `observation.flatten`); any
+    other acts on the serving env through `base_action_policy` (hold and relative actions as
+    grid indices).
+    """
+    from inferencegym_jax import observation
+    from inferencegym_jax.wrappers import base_action_policy, is_memory_wrapper
+    from training.checkpoint import load_checkpoint, read_config
+    from training.ppo import make_train
+
+    config = read_config(checkpoint)
+    trainer = make_train(config)
+    runner = load_checkpoint(checkpoint, trainer)
+    policy = trainer.policy(runner.params, runner.obs_stats, True)
+    if not is_memory_wrapper(trainer.env):
+        play_env, act, rate = env, base_action_policy(trainer.env, policy), lambda obs: obs.arrival_rate_ema
+    elif config.action_mode == "absolute":  # its actions are the grid indices already
+        names = [name for name, _ in observation.FEATURES]
+        at = sum(f.size for _, f in observation.FEATURES[:names.index("arrival_rate_ema")])
+        peak = observation.scales(params).peak_rate
+        play_env, act, rate = trainer.env, policy, lambda obs: obs[..., at] * peak
+    else:
+        raise SystemExit(f"--checkpoint {checkpoint}: a {config.action_mode!r} policy with an arrival history or "
+                         "forecast cannot be replayed as grid indices; only 'absolute' ones")
+    play = jax.jit(lambda policy: jax.vmap(lambda k: evaluate.run_episode(play_env, params, policy, k, steps))(keys),
+                   static_argnums=0)
+    return IndexPolicy(act, rate), play
+
+
+class IndexPolicy:
+    """`act` with the arrival-rate reading of its observation (`trained_policy`)."""
+
+    def __init__(self, act, arrival_rate):
+        self.act, self.arrival_rate = act, arrival_rate
+
+    def __call__(self, key, obs, p):
+        return self.act(key, obs, p)
 
 
 def static_policy(action: jax.Array):
@@ -107,11 +155,11 @@ class BestStatic:
       scores: float (episodes,), its grader score per held-out episode.
     """
 
-    def __init__(self, params, run, task: int):
+    def __init__(self, params, run, task_id: str):
         from inferencegym_jax import graders
 
         self.params, self.run = params, run
-        self.task_id = resolve_id(task)
+        self.task_id = task_id
         self.action = jnp.asarray(graders.load_constants(self.task_id)["best_static_action"], jnp.int32)
         wl = params.workload
         self.threshold = float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
@@ -128,43 +176,54 @@ class BestStatic:
         return np.asarray(graders.grade(self.run(policy_args, make_policy), self.params, self.task_id).score)
 
 
-def switching_rules(best: BestStatic, switches) -> None:
-    """Grader score of the best static configuration with one knob switched in bursts, paired
-    against the best static configuration on the same episodes (mean, 95% CI over episodes)."""
+def switching_rules(best: BestStatic, switches, fractions) -> None:
+    """Grader score of the best static configuration with one knob switched in bursts, in a
+    random fraction of the burst intervals (each interval independently, from the policy's key),
+    paired against the best static configuration on the same episodes (mean, 95% CI over
+    episodes). A fraction below 1 is what a stochastic policy's exploration tries."""
 
-    def switched(knob_index):  # knob_index: int32 (2,), traced
-        in_burst = best.action.at[knob_index[0]].set(knob_index[1])
-        return lambda key, obs, p: jnp.where(obs.arrival_rate_ema > best.threshold, in_burst, best.action)
+    def switched(args):  # (knob, index, fraction): float32 (3,), traced
+        knob, index = args[0].astype(jnp.int32), args[1].astype(jnp.int32)
+        in_burst = best.action.at[knob].set(index)
+
+        def policy(key, obs, p):
+            on = (obs.arrival_rate_ema > best.threshold) & (jax.random.uniform(key) < args[2])
+            return jnp.where(on, in_burst, best.action)
+        return policy
 
     print(f"\nbest static {np.asarray(best.action).tolist()}: score {best.scores.mean():.4f}; in bursts "
           f"(arrival-rate EMA > {best.threshold:.2f} req/s) switch one knob")
-    print("| knob | grid value in bursts | score | minus best static (paired, 95% CI) |\n|---|---:|---:|---:|")
+    print("| knob | grid value in bursts | share of burst intervals | score | minus best static (paired, 95% CI) |\n"
+          "|---|---:|---:|---:|---:|")
     for knob, index in switches:
-        diff = best.grader_scores(switched, jnp.asarray([knob, index], jnp.int32)) - best.scores
-        ci = evaluate.confidence_interval_95(diff)
-        print(f"| {KNOBS[knob]} | {GRID[knob][index]:g} | {(best.scores + diff).mean():.4f} | "
-              f"{diff.mean():+.4f} ± {ci:.4f} |")
+        for fraction in fractions:
+            diff = best.grader_scores(switched, jnp.asarray([knob, index, fraction], jnp.float32)) - best.scores
+            ci = evaluate.confidence_interval_95(diff)
+            print(f"| {KNOBS[knob]} | {GRID[knob][index]:g} | {fraction:.0%} | {(best.scores + diff).mean():.4f} | "
+                  f"{diff.mean():+.4f} ± {ci:.4f} |")
 
 
-def knob_ablations(best: BestStatic, env, act) -> None:
+def knob_ablations(best: BestStatic, env, act: IndexPolicy, play) -> None:
     """Grader score of the policy `act` with one knob replaced by the best static configuration's
-    value, in every interval or only in bursts (`BestStatic.threshold`)."""
+    value, in every interval or only in bursts (`BestStatic.threshold`); `play` runs episodes of
+    act's observations (`trained_policy`)."""
+    from inferencegym_jax import graders
 
-    def replaced(knob_bursts):  # (knob, only in bursts): int32 (2,), traced
+    def score(policy) -> float:
+        return float(np.mean(graders.grade(play(policy), best.params, best.task_id).score))
+
+    def replaced(knob: int, bursts_only: bool):
         def policy(key, obs, p):
             a = act(key, obs, p)
-            swap = (knob_bursts[1] == 0) | (obs.arrival_rate_ema > best.threshold)
-            return jnp.where(swap, a.at[knob_bursts[0]].set(best.action[knob_bursts[0]]), a)
+            swap = (not bursts_only) | (act.arrival_rate(obs) > best.threshold)
+            return jnp.where(swap, a.at[knob].set(best.action[knob]), a)
         return policy
 
-    def score(make_policy, policy_args=None) -> float:
-        return float(np.mean(best.grader_scores(make_policy, policy_args)))
-
-    print(f"\ngrader score; best static {best.scores.mean():.4f}, policy {score(lambda _: act):.4f}")
+    print(f"\ngrader score; best static {best.scores.mean():.4f}, policy {score(act):.4f}")
     print(f"policy with one knob set to the best static value (bursts: arrival-rate EMA > {best.threshold:.2f} req/s)")
     print("| knob | best static index | every interval | bursts only |\n|---|---:|---:|---:|")
     for knob in np.flatnonzero(np.asarray(env.action_space(best.params).nvec) > 1):
-        every, bursts = (score(replaced, jnp.asarray([knob, flag], jnp.int32)) for flag in (0, 1))
+        every, bursts = (score(replaced(int(knob), flag)) for flag in (False, True))
         print(f"| {KNOBS[knob]} | {int(best.action[knob])} | {every:.4f} | {bursts:.4f} |")
 
 
