@@ -221,30 +221,56 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
 
 
 @pytest.mark.slow
-def test_burst_phase_script_reads_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("version, history_windows", [(0, 0), (1, 2)])
+def test_burst_phase_script_reads_a_checkpoint(tmp_path, version, history_windows):
+    """scripts/burst_phases.py grades a checkpoint's policy with knobs replaced, a policy of the
+    serving env (v0) and one of the arrival-history wrapper (v1), which acts in the wrapper."""
     import subprocess
     import sys
     from pathlib import Path
 
     from training.checkpoint import save_checkpoint
 
-    config = PPOConfig(task="InferenceGym-Task2-v0", num_envs=4, num_steps=2, num_updates=1, update_epochs=1,
-                       num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
+    config = PPOConfig(task=f"InferenceGym-Task2-v{version}", num_envs=4, num_steps=2, num_updates=1,
+                       update_epochs=1, num_minibatches=1, actor_widths=(8,), critic_widths=(8,),
+                       history_windows=history_windows)
     trainer = make_train(config)
     save_checkpoint(tmp_path / "run", trainer, trainer.jit_init(trainer.root_key()))
     script = Path(__file__).resolve().parents[1] / "scripts" / "burst_phases.py"
-    out = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "4", "--specs", "1",
-                          "--batches", "7", "--checkpoint", str(tmp_path / "run"), "--switch", "batch_size=8"],
+    out = subprocess.run([sys.executable, str(script), "--task", "2", "--version", str(version), "--episodes", "4",
+                          "--specs", "1", "--batches", "7", "--checkpoint", str(tmp_path / "run"),
+                          "--switch", "batch_size=8", "--switch-fraction", "0", "1"],
                          capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    assert out.startswith(f"InferenceGym-Task2-v{version}, 4 held-out episodes")
     assert "| 1 | 96 |" in out and "policy, burst: mean reward" in out and "policy, all" in out
     assert re.search(r"\| batch_size \| 7 \| 0\.\d{4} \| 0\.\d{4} \|", out), out
-    assert re.search(r"\| batch_size \| 128 \| 0\.\d{4} \| [+-]\d\.\d{4} ± \d\.\d{4} \|", out), out
+    assert re.search(r"\| batch_size \| 128 \| 100% \| 0\.\d{4} \| [+-]\d\.\d{4} ± \d\.\d{4} \|", out), out
+    # never switched: the best static configuration itself, up to float rounding across programs
+    assert re.search(r"\| batch_size \| 128 \| 0% \| 0\.\d{4} \| [+-]0\.0000 ± 0\.0000 \|", out), out
+    if history_windows:  # the wrapper's policy reads the arrival-rate EMA off its flat observation
+        import importlib.util
+
+        from inferencegym_jax import observation
+
+        spec = importlib.util.spec_from_file_location("burst_phases", script)
+        burst_phases = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(burst_phases)
+        env, params = ig.make(config.task)
+        keys = jax.random.split(jax.random.key(0), 2)
+        act, _ = burst_phases.trained_policy(str(tmp_path / "run"), env, params, 4, keys)
+        obs, state = trainer.env.reset(jax.random.key(0), params)
+        for t in range(30):  # into the periodic burst's rise, below the peak rate the observation clips at
+            obs, state, *_ = trainer.env.step(jax.random.key(t + 1), state, jnp.asarray([9, 1, 7, 0, 0]), params)
+            ema = observation.observe(state.env_state).arrival_rate_ema
+            np.testing.assert_allclose(act.arrival_rate(obs), ema, rtol=1e-5)
 
 
 def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
     """scripts/ppo_results.py --uniform-start (the README's uniform-start table): on each v1 task
-    2-4 the shipped config loads with no prior, no imitation and no forecast, the settings the
-    flag documents and 5x the shipped updates, and a --set pair still wins over them."""
+    2-4 the shipped config loads with no prior on any configuration (hold actions whose initial
+    policy favours keeping the knobs in force and sets every grid value alike), no imitation and
+    no forecast, the settings the flag documents and 5x the shipped updates, and a --set pair
+    still wins over them."""
     import importlib.util
     from pathlib import Path
 
@@ -261,8 +287,13 @@ def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
         assert shipped.default_logit > 0 and shipped.imitation_episodes > 0  # the prior the flag removes
         assert shipped.num_updates == shipped_updates
         config = load_config(ppo_config_name(task), **ppo_results.run_overrides(task, True, None))
-        assert (config.default_logit, config.initial_action, config.imitation_episodes) == (0.0, "default", 0)
+        assert (config.action_mode, config.initial_action, config.imitation_episodes) == ("hold", "default", 0)
         assert (config.forecast_intervals, config.lr, config.ent_coef) == (0, 3e-3, 0.0)
+        trainer = make_train(config)
+        active = trainer.layout.active
+        bias = np.asarray(trainer.network.initial_logits).reshape(len(active), trainer.layout.width)
+        for row, i in zip(bias, active):  # choice 0 keeps the value in force, choice c >= 1 sets grid index c - 1
+            assert row[0] == config.default_logit == 3.0 and not row[1:trainer.nvec[i]].any(), (task, row)
         assert config.num_updates == 5 * shipped_updates and config.task == task
         assert ppo_results.run_overrides(task, True, ["num_updates=7"])["num_updates"] == 7
         assert ppo_results.run_overrides(task, False, ["lr=0.1"]) == {"lr": 0.1}
