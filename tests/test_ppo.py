@@ -293,7 +293,7 @@ def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
         active = trainer.layout.active
         bias = np.asarray(trainer.network.initial_logits).reshape(len(active), trainer.layout.width)
         for row, i in zip(bias, active):  # choice 0 keeps the value in force, choice c >= 1 sets grid index c - 1
-            assert row[0] == config.default_logit == 3.0 and not row[1:trainer.nvec[i]].any(), (task, row)
+            assert row[0] == config.default_logit == 5.0 and not row[1:trainer.nvec[i]].any(), (task, row)
         assert config.num_updates == 5 * shipped_updates and config.task == task
         assert ppo_results.run_overrides(task, True, ["num_updates=7"])["num_updates"] == 7
         assert ppo_results.run_overrides(task, False, ["lr=0.1"]) == {"lr": 0.1}
