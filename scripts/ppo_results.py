@@ -59,7 +59,7 @@ START = "start"
 
 # `--uniform-start`: PPO with no prior on any configuration, issue 12's "from a uniform start": no
 # best-static prior, no imitation of the causal mpc, no burst forecast, and the settings such a
-# start needs, each measured on one seed of the v1 tasks 2-4 (README "Results on the v1 tasks"):
+# start needs, each measured on the v1 tasks 2-4 (README "Results on the v1 tasks"):
 #   * hold actions (keep each knob's value in force, or set any grid index) with a prior of
 #     logit 5 on keeping: a change picks every grid value alike, and what it sets stays, on
 #     average, (e^5 + n) / (n - 1) intervals on a knob of n values (13 on the batch knob, 150 on
@@ -72,7 +72,7 @@ START = "start"
 #     37 % / 67 % / 110 % of what 128 in all of them loses, scripts/burst_phases.py), so a
 #     policy drawing each interval's cap afresh saw no gain from 96 until it already played it
 #     nearly always, and stayed at batch 512 (0.684 against the best static configuration's
-#     0.791, every seed tried). Knobs start where every episode's do, at the task's default
+#     0.791, every seed tried but one). Knobs start where every episode's do, at the task's default
 #     configuration, which the prior does not favour over any other;
 #   * lr 3e-3 (at the shipped 3e-4 an update hardly moves the policy, clip fraction at most 3e-5);
 #   * 5x the shipped config's updates (UNIFORM_BUDGET; 200 ended in a local optimum);
