@@ -60,8 +60,7 @@ def main() -> None:
     env, params = ig.make(task_id)
     steps = int(params.max_steps_in_episode)
     keys = evaluate.episode_keys(evaluate.evaluation_key(0), 0, args.episodes)
-    run = jax.jit(lambda policy_args, policy: jax.vmap(
-        lambda k: evaluate.run_episode(env, params, policy(policy_args), k, steps))(keys), static_argnums=1)
+    run = episode_runner(env, params, steps, keys)
 
     offered = None
     print(f"{task_id}, {args.episodes} held-out episodes; mean reward per interval")
@@ -83,8 +82,8 @@ def main() -> None:
         switching_rules(reference, switches, args.switch_fraction)
 
     if args.checkpoint:
-        act, play = trained_policy(args.checkpoint, env, params, steps, keys)
-        traj = play(act)
+        act, arrival_rate, play = trained_policy(args.checkpoint, env, params, steps, keys)
+        traj = play(None, lambda _: act)
         reward = np.asarray(traj.reward)
         picks = np.stack([np.asarray(traj.action.spec_length), np.asarray(traj.action.batch_size)], axis=-1)
         for name, mask in (("burst", burst), ("between bursts", ~burst)):
@@ -92,13 +91,22 @@ def main() -> None:
             top = ", ".join(f"spec {s:g} / batch {b:g} {n / mask.sum():.0%}" for (s, b), n in counts.most_common(4))
             print(f"policy, {name}: mean reward {reward[mask].mean():.4f}; {top}")
         print(f"policy, all: mean reward {reward.mean():.4f}")
-        knob_ablations(reference, env, act, play)
+        knob_ablations(reference, env, act, arrival_rate, play)
+
+
+def episode_runner(env, params, steps: int, keys: jax.Array):
+    """`run(policy_args, make_policy)`: the episodes of `keys` on `env` of the policy
+    `make_policy(policy_args)` (a Trajectory). `run` compiles once per `make_policy` (a static
+    argument); the arguments are traced, so one family of policies (say, "knob k switched to
+    index i") is one program."""
+    return jax.jit(lambda policy_args, make_policy: jax.vmap(
+        lambda k: evaluate.run_episode(env, params, make_policy(policy_args), k, steps))(keys), static_argnums=1)
 
 
 def trained_policy(checkpoint: str, env, params, steps: int, keys: jax.Array):
-    """(act, play): a checkpoint's policy as `act(key, obs, params) -> int32 (5,)` grid indices,
-    with `act.arrival_rate(obs)` [req/s] the arrival-rate EMA it sees, and `play(policy)`, the
-    held-out episodes of a policy of act's observations (a Trajectory, jitted per policy).
+    """(act, arrival_rate, play): a checkpoint's policy as `act(key, obs, params) -> int32 (5,)`
+    grid indices, `arrival_rate(obs)` [req/s], the arrival-rate EMA in act's observation, and
+    `play`, an `episode_runner` on the env act's observations come from.
 
     A policy of a wrapper with a memory (the arrival history, the burst forecast) acts in that
     wrapper, on its flat observation (the serving env's first, `observation.flatten`); any
@@ -124,19 +132,7 @@ def trained_policy(checkpoint: str, env, params, steps: int, keys: jax.Array):
     else:
         raise SystemExit(f"--checkpoint {checkpoint}: a {config.action_mode!r} policy with an arrival history or "
                          "forecast cannot be replayed as grid indices; only 'absolute' ones")
-    play = jax.jit(lambda policy: jax.vmap(lambda k: evaluate.run_episode(play_env, params, policy, k, steps))(keys),
-                   static_argnums=0)
-    return IndexPolicy(act, rate), play
-
-
-class IndexPolicy:
-    """`act` with the arrival-rate reading of its observation (`trained_policy`)."""
-
-    def __init__(self, act, arrival_rate):
-        self.act, self.arrival_rate = act, arrival_rate
-
-    def __call__(self, key, obs, p):
-        return self.act(key, obs, p)
+    return act, rate, episode_runner(play_env, params, steps, keys)
 
 
 def static_policy(action: jax.Array):
@@ -165,15 +161,13 @@ class BestStatic:
         self.threshold = float(np.sqrt(wl.base_rate * wl.base_rate * wl.burst_multiplier))
         self.scores = self.grader_scores(static_policy, self.action)
 
-    def grader_scores(self, make_policy, policy_args=None) -> np.ndarray:
-        """float (episodes,): the grader's score of each held-out episode of `make_policy(policy_args)`.
-
-        `run` compiles once per `make_policy` (a static argument); the arguments are traced, so one
-        family of policies (say, "knob k switched to index i") is one program.
-        """
+    def grader_scores(self, make_policy, policy_args=None, run=None) -> np.ndarray:
+        """float (episodes,): the grader's score of each held-out episode of `make_policy(policy_args)`,
+        played by `run` (an `episode_runner`; default: the serving env's)."""
         from inferencegym_jax import graders
 
-        return np.asarray(graders.grade(self.run(policy_args, make_policy), self.params, self.task_id).score)
+        run = self.run if run is None else run
+        return np.asarray(graders.grade(run(policy_args, make_policy), self.params, self.task_id).score)
 
 
 def switching_rules(best: BestStatic, switches, fractions) -> None:
@@ -203,27 +197,26 @@ def switching_rules(best: BestStatic, switches, fractions) -> None:
                   f"{diff.mean():+.4f} ± {ci:.4f} |")
 
 
-def knob_ablations(best: BestStatic, env, act: IndexPolicy, play) -> None:
+def knob_ablations(best: BestStatic, env, act, arrival_rate, play) -> None:
     """Grader score of the policy `act` with one knob replaced by the best static configuration's
-    value, in every interval or only in bursts (`BestStatic.threshold`); `play` runs episodes of
-    act's observations (`trained_policy`)."""
-    from inferencegym_jax import graders
+    value, in every interval or only in bursts (`BestStatic.threshold`); `arrival_rate` and
+    `play` as `trained_policy` gives them."""
 
-    def score(policy) -> float:
-        return float(np.mean(graders.grade(play(policy), best.params, best.task_id).score))
-
-    def replaced(knob: int, bursts_only: bool):
+    def replaced(knob_bursts):  # (knob, only in bursts): int32 (2,), traced
         def policy(key, obs, p):
             a = act(key, obs, p)
-            swap = (not bursts_only) | (act.arrival_rate(obs) > best.threshold)
-            return jnp.where(swap, a.at[knob].set(best.action[knob]), a)
+            swap = (knob_bursts[1] == 0) | (arrival_rate(obs) > best.threshold)
+            return jnp.where(swap, a.at[knob_bursts[0]].set(best.action[knob_bursts[0]]), a)
         return policy
 
-    print(f"\ngrader score; best static {best.scores.mean():.4f}, policy {score(act):.4f}")
+    def score(make_policy, policy_args=None) -> float:
+        return float(np.mean(best.grader_scores(make_policy, policy_args, run=play)))
+
+    print(f"\ngrader score; best static {best.scores.mean():.4f}, policy {score(lambda _: act):.4f}")
     print(f"policy with one knob set to the best static value (bursts: arrival-rate EMA > {best.threshold:.2f} req/s)")
     print("| knob | best static index | every interval | bursts only |\n|---|---:|---:|---:|")
     for knob in np.flatnonzero(np.asarray(env.action_space(best.params).nvec) > 1):
-        every, bursts = (score(replaced(int(knob), flag)) for flag in (False, True))
+        every, bursts = (score(replaced, jnp.asarray([knob, flag], jnp.int32)) for flag in (0, 1))
         print(f"| {KNOBS[knob]} | {int(best.action[knob])} | {every:.4f} | {bursts:.4f} |")
 
 

@@ -257,12 +257,12 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path, version, history_window
         spec.loader.exec_module(burst_phases)
         env, params = ig.make(config.task)
         keys = jax.random.split(jax.random.key(0), 2)
-        act, _ = burst_phases.trained_policy(str(tmp_path / "run"), env, params, 4, keys)
+        _, arrival_rate, _ = burst_phases.trained_policy(str(tmp_path / "run"), env, params, 4, keys)
         obs, state = trainer.env.reset(jax.random.key(0), params)
         for t in range(30):  # into the periodic burst's rise, below the peak rate the observation clips at
             obs, state, *_ = trainer.env.step(jax.random.key(t + 1), state, jnp.asarray([9, 1, 7, 0, 0]), params)
             ema = observation.observe(state.env_state).arrival_rate_ema
-            np.testing.assert_allclose(act.arrival_rate(obs), ema, rtol=1e-5)
+            np.testing.assert_allclose(arrival_rate(obs), ema, rtol=1e-5)
 
 
 def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
