@@ -6,6 +6,7 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py --version 1            # the v1 tasks
     python scripts/mpc_gap.py --objective reward --horizon 10   # the README's v0 table: the first controllers
     python scripts/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
+    python scripts/mpc_gap.py --version 1 --replan-every 10      # plans every 10th interval (move blocking)
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
@@ -24,7 +25,6 @@ import argparse
 import json
 import time
 import tomllib
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -32,6 +32,7 @@ import numpy as np
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, mpc
 from inferencegym_jax.actions import KNOBS, ServingAction
+from inferencegym_jax.files import atomic_write_json
 
 
 def task_overrides(settings: list[str]) -> dict:
@@ -47,14 +48,18 @@ def task_overrides(settings: list[str]) -> dict:
     return out
 
 
-def behaviour(traj: evaluate.Trajectory, static_action: ServingAction) -> dict:
+def behaviour(traj: evaluate.Trajectory, graded: evaluate.EvalResult, static_action: ServingAction) -> dict:
     """How a policy served, per episode (means over episodes): requests completed, SLO violations,
-    queue timeouts and out-of-memory restarts [requests or events], and for each knob the share of
-    intervals whose applied value differs from the best static configuration's."""
+    queue timeouts and out-of-memory restarts [requests or events], configuration changes
+    [intervals whose applied configuration differs from the previous one's], the grader's
+    components (`component_<name>`, in [0, 1]), and for each knob the share of intervals whose
+    applied value differs from the best static configuration's."""
     m = traj.metrics
     out = {name: float(np.mean(np.sum(np.asarray(getattr(m, field)), axis=1)))
            for name, field in (("completed", "completed"), ("violations", "slo_violations"),
                                ("timeouts", "timeouts"), ("oom_restarts", "oom"))}
+    out["changes"] = float(np.mean(graded.metrics["knob_changes"]))
+    out.update({f"component_{name}": float(np.mean(v)) for name, v in graded.breakdown.items()})
     for knob in KNOBS:
         applied = np.asarray(getattr(traj.action, knob))
         out[f"off_static_{knob}"] = float(np.mean(applied != float(getattr(static_action, knob))))
@@ -62,15 +67,16 @@ def behaviour(traj: evaluate.Trajectory, static_action: ServingAction) -> dict:
 
 
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
-              overrides: dict, true_traffic_state: bool = False) -> list[dict]:
+              overrides: dict, true_traffic_state: bool = False, replan_every: int = 1) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
-    static = evaluate.grade_trajectory(static_traj, params, task_id).scores
+    static_graded = evaluate.grade_trajectory(static_traj, params, task_id)
+    static = static_graded.scores
     static_action = jax.tree_util.tree_map(lambda x: x[0, 0], static_traj.action)  # the same every interval
     rows = [{"task": task_id, "policy": "best_static", "score": float(np.mean(static)),
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
-             **behaviour(static_traj, static_action)}]
+             **behaviour(static_traj, static_graded, static_action)}]
     controllers = [("mpc_oracle (oracle bound)", True, "belief"), ("mpc (causal)", False, "belief")]
     # A replayed trace has no hidden traffic state: a causal plan replays the trace's recent past
     # either way (mpc._planning_state), so the row would repeat the causal one.
@@ -79,12 +85,14 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
-                                    samples=samples, objective=objective, traffic_state=traffic_state)
-        scores = evaluate.grade_trajectory(traj, params, task_id).scores
+                                    samples=samples, objective=objective, traffic_state=traffic_state,
+                                    replan_every=replan_every)
+        graded = evaluate.grade_trajectory(traj, params, task_id)
+        scores = graded.scores
         rows.append({"task": task_id, "policy": name, "score": float(np.mean(scores)),
                      "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
                      "gain_ci95": evaluate.confidence_interval_95(scores - static),
-                     "seconds": time.perf_counter() - t0, **behaviour(traj, static_action)})
+                     "seconds": time.perf_counter() - t0, **behaviour(traj, graded, static_action)})
     return rows
 
 
@@ -103,6 +111,8 @@ def main() -> None:
     parser.add_argument("--true-traffic-state", action="store_true",
                         help="also the causal MPC planning from the episode's true burst phase or state "
                              "(not on a replayed trace, which has none)")
+    parser.add_argument("--replan-every", type=int, default=1,
+                        help="[intervals] between the controllers' plans, the choice held in between (move blocking)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     overrides = task_overrides(args.task_set)
@@ -110,12 +120,13 @@ def main() -> None:
     for number in args.task or [1, 2, 3, 4]:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
         new = task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective, overrides,
-                        args.true_traffic_state)
+                        args.true_traffic_state, args.replan_every)
         for row in new:
             print(json.dumps(row), flush=True)
         rows += new
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
           f"{args.samples} sampled futures for the causal MPC (one, the recent past, on a replayed trace), "
+          f"a plan every {args.replan_every} interval(s), "
           f"objective {args.objective}"
           + (f", task overrides {overrides}" if overrides else "") + "\n")
     print("| task | policy | score | gain over best_static (95% CI, paired) | wall s |\n|---|---|---:|---:|---:|")
@@ -124,16 +135,18 @@ def main() -> None:
         print(f"| {r['task']} | {r['policy']} | {r['score']:.3f} ± {r['ci95']:.3f} | {gain} | {r['seconds']:.0f} |")
     print("\nHow each served (per episode, mean), and the share of intervals each knob was off the best static "
           "value:\n")
-    print("| task | policy | completed | SLO violations | timeouts | OOM restarts | "
-          + " | ".join(f"{k} off" for k in KNOBS) + " |\n|---|---|" + "---:|" * (4 + len(KNOBS)))
+    print("| task | policy | completed | SLO violations | timeouts | OOM restarts | changes | "
+          + " | ".join(f"{k} off" for k in KNOBS) + " |\n|---|---|" + "---:|" * (5 + len(KNOBS)))
     for r in rows:
         print(f"| {r['task']} | {r['policy']} | {r['completed']:.0f} | {r['violations']:.0f} | {r['timeouts']:.1f} | "
-              f"{r['oom_restarts']:.2f} | " + " | ".join(f"{r[f'off_static_{k}']:.0%}" for k in KNOBS) + " |")
+              f"{r['oom_restarts']:.2f} | {r['changes']:.1f} | "
+              + " | ".join(f"{r[f'off_static_{k}']:.0%}" for k in KNOBS) + " |")
     if args.json:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
-                   "objective": args.objective, "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
+                   "replan_every": args.replan_every, "objective": args.objective,
+                   "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}
-        Path(args.json).write_text(json.dumps(payload, indent=2) + "\n")
+        atomic_write_json(args.json, payload)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ reproducible."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, graders, mpc
+from inferencegym_jax.actions import KNOBS
 
 TASK = "InferenceGym-Task2-v0"
 STEPS, HORIZON = 12, 3
@@ -73,6 +76,29 @@ def test_controllers_are_reproducible_and_the_oracle_beats_a_fixed_bad_configura
         mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=0)
     with pytest.raises(ValueError, match="objective='score'"):
         mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, objective="score")
+    with pytest.raises(ValueError, match="replan_every=0"):
+        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, replan_every=0)
+
+
+@pytest.mark.parametrize("clairvoyant", [True, False])
+def test_move_blocking_plans_every_dth_interval_and_holds_in_between(task, clairvoyant):
+    """replan_every=D: the applied configuration changes only at multiples of D; the first plan is
+    the every-interval controller's (same state, same keys), and with D = the episode it is held."""
+    env, params = task
+    key = evaluate.evaluation_key(6)
+    cands = mpc.candidate_actions(env, params, TASK)
+    run = functools.partial(mpc.run_mpc_episodes, env, params, TASK, key, 8, clairvoyant=clairvoyant,
+                            horizon=HORIZON, samples=2, num_steps=STEPS, candidates=cands)
+
+    def applied(traj):  # (episodes, time, 5) applied knob values
+        return np.stack([np.asarray(getattr(traj.action, k)) for k in KNOBS], axis=-1)
+
+    every, blocked = applied(run()), applied(run(replan_every=4))
+    changed = np.any(blocked[:, 1:] != blocked[:, :-1], axis=-1)  # (episodes, time - 1): t -> t + 1
+    assert not np.any(np.delete(changed, [3, 7], axis=1))  # intervals 1-3, 5-7 and 9-11 hold
+    assert np.any(changed)  # the controller does switch (else this checks nothing)
+    np.testing.assert_array_equal(blocked[:, 0], every[:, 0])
+    np.testing.assert_array_equal(applied(run(replan_every=STEPS)), np.repeat(every[:, :1], STEPS, axis=1))
 
 
 @pytest.mark.parametrize("env_id", ["InferenceGym-Task3-v1"])
@@ -135,3 +161,30 @@ def test_a_trace_with_no_past_to_replay_forecasts_from_other_stretches_of_it():
     keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 0, HORIZON, 4, clairvoyant=False)
     phases = [float(mpc._planning_state(state, params, k, False, 600, HORIZON).workload.phase_s) for k in keys]
     assert len(set(phases)) == 4 and all(p >= 0.0 for p in phases)
+
+
+@pytest.mark.slow
+def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
+    """scripts/mpc_gap.py (the README's controller tables): best_static, oracle and causal rows
+    with the grader's components and configuration changes, planning every `--replan-every`
+    intervals (so at most episode / D - 1 changes), written to --json."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
+    out = tmp_path / "gap.json"
+    printed = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--horizon", "2",
+                              "--samples", "1", "--replan-every", "50", "--json", str(out)],
+                             capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    payload = json.loads(out.read_text())
+    assert payload["replan_every"] == 50 and payload["episodes"] == 2
+    rows = payload["rows"]
+    assert [r["policy"] for r in rows] == ["best_static", "mpc_oracle (oracle bound)", "mpc (causal)"]
+    steps = int(ig.make("InferenceGym-Task2-v0")[1].max_steps_in_episode)
+    for row in rows:
+        assert 0.0 <= row["changes"] <= steps // 50 - 1
+        assert {"component_ttft", "component_memory"} <= set(row)
+        assert f"| {row['task']} | {row['policy']} | {row['score']:.3f}" in printed
+    assert rows[0]["changes"] == 0.0 and rows[0]["gain"] == 0.0
