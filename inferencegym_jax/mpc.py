@@ -7,7 +7,8 @@ ways to see the future:
 
   * clairvoyant (`mpc_oracle`): the rollouts use the episode's own keys, fold_in(k_env, t + h),
     so they see the very arrivals and lengths the episode will get. An ORACLE BOUND, not a
-    policy: no causal controller knows them.
+    policy: no causal controller knows them. `refined_oracle` refines its episodes into a
+    stronger one.
   * causal (`mpc`): the rollouts use `samples` futures drawn from keys the episode never uses
     (fold_in(fold_in(fold_in(k_plan, t), s), h)), and a candidate's score is its mean over them.
     A replayed trace draws nothing from keys, so on a trace task the one future is a persistence

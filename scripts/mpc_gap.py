@@ -7,6 +7,7 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py --objective reward --horizon 10   # the README's v0 table: the first controllers
     python scripts/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
     python scripts/mpc_gap.py --version 1 --replan-every 10      # plans every 10th interval (move blocking)
+    python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --refine-block 10 --no-causal  # refined oracle
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
@@ -30,7 +31,7 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, mpc
+from inferencegym_jax import baselines, evaluate, mpc, refined_oracle
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.files import atomic_write_json
 
@@ -67,7 +68,8 @@ def behaviour(traj: evaluate.Trajectory, graded: evaluate.EvalResult, static_act
 
 
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
-              overrides: dict, true_traffic_state: bool = False, replan_every: int = 1) -> list[dict]:
+              overrides: dict, true_traffic_state: bool = False, replan_every: int = 1, refine_block: int = 0,
+              refine_passes: int = 1, causal: bool = True) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
@@ -77,22 +79,31 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     rows = [{"task": task_id, "policy": "best_static", "score": float(np.mean(static)),
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
              **behaviour(static_traj, static_graded, static_action)}]
-    controllers = [("mpc_oracle (oracle bound)", True, "belief"), ("mpc (causal)", False, "belief")]
+    controllers = [("mpc_oracle (oracle bound)", True, "belief")] + [("mpc (causal)", False, "belief")] * causal
     # A replayed trace has no hidden traffic state: a causal plan replays the trace's recent past
     # either way (mpc._planning_state), so the row would repeat the causal one.
-    if true_traffic_state and params.workload.schedule != "trace":
+    if causal and true_traffic_state and params.workload.schedule != "trace":
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
+    def row(name: str, traj: evaluate.Trajectory, seconds: float) -> dict:
+        graded = evaluate.grade_trajectory(traj, params, task_id)
+        scores = graded.scores
+        return {"task": task_id, "policy": name, "score": float(np.mean(scores)),
+                "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
+                "gain_ci95": evaluate.confidence_interval_95(scores - static), "seconds": seconds,
+                **behaviour(traj, graded, static_action)}
+
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
                                     samples=samples, objective=objective, traffic_state=traffic_state,
                                     replan_every=replan_every)
-        graded = evaluate.grade_trajectory(traj, params, task_id)
-        scores = graded.scores
-        rows.append({"task": task_id, "policy": name, "score": float(np.mean(scores)),
-                     "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
-                     "gain_ci95": evaluate.confidence_interval_95(scores - static),
-                     "seconds": time.perf_counter() - t0, **behaviour(traj, graded, static_action)})
+        rows.append(row(name, traj, time.perf_counter() - t0))
+        if clairvoyant and refine_block:
+            t0 = time.perf_counter()
+            refined = refined_oracle.refined_episodes(env, params, task_id, key, traj,
+                                                      mpc.candidate_actions(env, params, task_id),
+                                                      block=refine_block, passes=refine_passes)
+            rows.append(row("mpc_oracle, refined (oracle bound)", refined, time.perf_counter() - t0))
     return rows
 
 
@@ -113,6 +124,11 @@ def main() -> None:
                              "(not on a replayed trace, which has none)")
     parser.add_argument("--replan-every", type=int, default=1,
                         help="[intervals] between the controllers' plans, the choice held in between (move blocking)")
+    parser.add_argument("--refine-block", type=int, default=0,
+                        help="[intervals] also the oracle's episodes refined in blocks of this many intervals "
+                             "(inferencegym_jax.refined_oracle); 0: not")
+    parser.add_argument("--refine-passes", type=int, default=1, help="refinement passes over each episode")
+    parser.add_argument("--no-causal", action="store_true", help="the oracle rows only")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     overrides = task_overrides(args.task_set)
@@ -120,14 +136,17 @@ def main() -> None:
     for number in args.task or [1, 2, 3, 4]:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
         new = task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective, overrides,
-                        args.true_traffic_state, args.replan_every)
+                        args.true_traffic_state, args.replan_every, args.refine_block, args.refine_passes,
+                        not args.no_causal)
         for row in new:
             print(json.dumps(row), flush=True)
         rows += new
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
           f"{args.samples} sampled futures for the causal MPC (one, the recent past, on a replayed trace), "
           f"a plan every {args.replan_every} interval(s), "
-          f"objective {args.objective}"
+          + (f"the oracle refined in blocks of {args.refine_block} ({args.refine_passes} pass(es)), "
+             if args.refine_block else "")
+          + f"objective {args.objective}"
           + (f", task overrides {overrides}" if overrides else "") + "\n")
     print("| task | policy | score | gain over best_static (95% CI, paired) | wall s |\n|---|---|---:|---:|---:|")
     for r in rows:
@@ -143,7 +162,8 @@ def main() -> None:
               + " | ".join(f"{r[f'off_static_{k}']:.0%}" for k in KNOBS) + " |")
     if args.json:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
-                   "replan_every": args.replan_every, "objective": args.objective,
+                   "replan_every": args.replan_every, "refine_block": args.refine_block,
+                   "refine_passes": args.refine_passes, "objective": args.objective,
                    "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}
         atomic_write_json(args.json, payload)

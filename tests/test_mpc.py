@@ -165,9 +165,10 @@ def test_a_trace_with_no_past_to_replay_forecasts_from_other_stretches_of_it():
 
 @pytest.mark.slow
 def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
-    """scripts/mpc_gap.py (the README's controller tables): best_static, oracle and causal rows
-    with the grader's components and configuration changes, planning every `--replan-every`
-    intervals (so at most episode / D - 1 changes), written to --json."""
+    """scripts/mpc_gap.py (the README's controller tables): best_static, oracle, refined oracle and
+    causal rows with the grader's components and configuration changes, planning every
+    `--replan-every` intervals (so at most episode / D - 1 changes; refined in blocks of D, as
+    many), written to --json."""
     import json
     import subprocess
     import sys
@@ -176,12 +177,14 @@ def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
     script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
     out = tmp_path / "gap.json"
     printed = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--horizon", "2",
-                              "--samples", "1", "--replan-every", "50", "--json", str(out)],
+                              "--samples", "1", "--replan-every", "50", "--refine-block", "50", "--json", str(out)],
                              capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     payload = json.loads(out.read_text())
-    assert payload["replan_every"] == 50 and payload["episodes"] == 2
+    assert payload["replan_every"] == payload["refine_block"] == 50 and payload["episodes"] == 2
     rows = payload["rows"]
-    assert [r["policy"] for r in rows] == ["best_static", "mpc_oracle (oracle bound)", "mpc (causal)"]
+    assert [r["policy"] for r in rows] == ["best_static", "mpc_oracle (oracle bound)",
+                                           "mpc_oracle, refined (oracle bound)", "mpc (causal)"]
+    assert rows[2]["score"] >= rows[1]["score"] - 1e-5  # refinement never lowers an episode's grade
     steps = int(ig.make("InferenceGym-Task2-v0")[1].max_steps_in_episode)
     for row in rows:
         assert 0.0 <= row["changes"] <= steps // 50 - 1
