@@ -119,8 +119,10 @@ def _window_reward(env: InferenceGymEnv, params: EnvParams, state: EnvState, act
     return jnp.sum(valid * rewards)
 
 
-def _step_sums(info: dict, params: EnvParams, first: jax.Array) -> dict:
-    """One interval's contribution to the episode's graders.SUM_FIELDS."""
+def step_sums(info: dict, params: EnvParams, first: jax.Array) -> dict:
+    """One interval's contribution to the episode's graders.SUM_FIELDS (float32 scalars) from
+    its step's `info`; `first` (bool): the interval is the episode's first, whose configuration
+    has no predecessor to count a change against."""
     sums = graders.interval_sums(info["metrics"], jnp.sum(info["arrivals"].output_tokens),
                                  info["applied_action"].quant_tier, params)
     not_first = 1.0 - first.astype(jnp.float32)
@@ -137,7 +139,7 @@ def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, acti
     def body(state, inputs):
         key, ok = inputs
         _, nxt, _, _, _, info = env.step_env(key, state, action, params)
-        sums = _step_sums(info, params, ~state.server.started)
+        sums = step_sums(info, params, ~state.server.started)
         return nxt, {k: ok * v for k, v in sums.items()}
 
     end, window = jax.lax.scan(body, state, (keys, valid.astype(jnp.float32)))
@@ -283,7 +285,7 @@ def start_memory(params: EnvParams) -> tuple[dict, traffic_belief.TrafficBelief]
 def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, info: dict, t: jax.Array,
             params: EnvParams) -> tuple[dict, traffic_belief.TrafficBelief]:
     """The grader sums and the traffic belief after interval t, stepped from `state` with `info`."""
-    step = _step_sums(info, params, ~state.server.started)
+    step = step_sums(info, params, ~state.server.started)
     dt = params.server.dt_s
     belief = traffic_belief.update(belief, info["arrivals"].count, t.astype(jnp.float32) * dt, dt, params.workload)
     return {k: past[k] + step[k] for k in graders.SUM_FIELDS}, belief

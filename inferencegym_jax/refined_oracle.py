@@ -32,7 +32,7 @@ from inferencegym_jax import graders
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
-from inferencegym_jax.mpc import _step_sums
+from inferencegym_jax.mpc import step_sums
 
 KEEP = -1  # an option's first index: keep the schedule's own configurations in the block
 
@@ -56,7 +56,7 @@ def refine_schedule(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
 
     def step(state, sums, t, action):
         _, nxt, _, _, _, info = env.step_env(step_keys[t], state, action, params)
-        add = _step_sums(info, params, ~state.server.started)
+        add = step_sums(info, params, ~state.server.started)
         return nxt, {k: sums[k] + add[k] for k in graders.SUM_FIELDS}
 
     def episode_value(state, sums, first, option, schedule):

@@ -84,6 +84,7 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     # either way (mpc._planning_state), so the row would repeat the causal one.
     if causal and true_traffic_state and params.workload.schedule != "trace":
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
+
     def row(name: str, traj: evaluate.Trajectory, seconds: float) -> dict:
         graded = evaluate.grade_trajectory(traj, params, task_id)
         scores = graded.scores
