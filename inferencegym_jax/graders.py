@@ -284,6 +284,12 @@ def combine(comps: dict[str, Array], grader: str) -> Array:
     return sum(GRADER_WEIGHTS[grader][k] * v for k, v in comps.items())
 
 
+def value_from_sums(sums: dict[str, Array], params: EnvParams, grader: str) -> Array:
+    """The grader's value of an episode from its SUM_FIELDS sums, before any normalisation and
+    with the served fraction itself as the throughput (the "oracle" scale's g): float32 ()."""
+    return combine(components(statistics_from_sums(sums, params), grader, 0.0, 1.0), grader)
+
+
 def grade_episodes(
     trajectory: Any, params: EnvParams, grader: str, x_random: Array, x_optimum: Array,
     floor: Array | None = None, ceiling: Array | None = None,

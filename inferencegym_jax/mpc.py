@@ -150,8 +150,7 @@ def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, acti
         backlog = backlog + server.on_time.late_seqs
     backlog = jnp.where(is_open, backlog, 0.0)
     total = {**total, "decided": total["decided"] + backlog, "violations": total["violations"] + backlog}
-    stats = graders.statistics_from_sums(total, params)
-    return graders.combine(graders.components(stats, grader, 0.0, 1.0), grader)
+    return graders.value_from_sums(total, params, grader)
 
 
 OBJECTIVES = {"grade": _window_grade, "reward": _window_reward}

@@ -69,8 +69,7 @@ def refine_schedule(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
             return jax.lax.cond(t >= first, lambda: step(*carry, t, action), lambda: carry), None
 
         (_, sums), _ = jax.lax.scan(body, (state, sums), times)
-        stats = graders.statistics_from_sums(sums, params)
-        return graders.combine(graders.components(stats, grader, 0.0, 1.0), grader)
+        return graders.value_from_sums(sums, params, grader)
 
     def one_pass(schedule, _):
         def refine_block(carry, b):
