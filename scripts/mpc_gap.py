@@ -1,5 +1,6 @@
-"""How much control pays on each task: the clairvoyant MPC (oracle bound) and the causal MPC
-against the exhaustive best static configuration, paired on the same held-out episodes.
+"""How much control pays on each task: the clairvoyant MPC (oracle bound), the causal MPC and the
+causal switching rule against the exhaustive best static configuration, paired on the same
+held-out episodes.
 
     python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
     python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
@@ -9,11 +10,14 @@ against the exhaustive best static configuration, paired on the same held-out ep
     python scripts/mpc_gap.py --version 1 --replan-every 10      # plans every 10th interval (move blocking)
     python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --refine-block 10 --no-causal  # refined oracle
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
+    python scripts/mpc_gap.py --version 1 --task 4 --rule-episodes 128 --no-mpc   # the switching rule only
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
 
-Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring). A second
+Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring) and
+inferencegym_jax.switch_rule (two configurations and a hysteresis threshold on the recent
+prompt-token rate, selected on `--rule-episodes` training episodes; its row names the rule). A second
 table says how each policy served: requests completed, SLO violations, timeouts and
 out-of-memory restarts per episode, and how often each knob left the best static value. Every policy
 plays episodes 0..N-1 of evaluate.evaluation_key(seed), so differences are paired; the 95 %
@@ -31,7 +35,7 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, mpc, refined_oracle
+from inferencegym_jax import baselines, evaluate, mpc, refined_oracle, switch_rule
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.files import atomic_write_json
 
@@ -69,7 +73,7 @@ def behaviour(traj: evaluate.Trajectory, graded: evaluate.EvalResult, static_act
 
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
               overrides: dict, true_traffic_state: bool = False, replan_every: int = 1, refine_block: int = 0,
-              refine_passes: int = 1, causal: bool = True) -> list[dict]:
+              refine_passes: int = 1, causal: bool = True, rule_episodes: int = 0, mpc_rows: bool = True) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
@@ -79,7 +83,9 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     rows = [{"task": task_id, "policy": "best_static", "score": float(np.mean(static)),
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
              **behaviour(static_traj, static_graded, static_action)}]
-    controllers = [("mpc_oracle (oracle bound)", True, "belief")] + [("mpc (causal)", False, "belief")] * causal
+    causal = causal and mpc_rows
+    controllers = ([("mpc_oracle (oracle bound)", True, "belief")] * mpc_rows
+                   + [("mpc (causal)", False, "belief")] * causal)
     # A replayed trace has no hidden traffic state: a causal plan replays the trace's recent past
     # either way (mpc._planning_state), so the row would repeat the causal one.
     if causal and true_traffic_state and params.workload.schedule != "trace":
@@ -93,6 +99,11 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
                 "gain_ci95": evaluate.confidence_interval_95(scores - static), "seconds": seconds,
                 **behaviour(traj, graded, static_action)}
 
+    if rule_episodes:
+        t0 = time.perf_counter()
+        rule, _ = switch_rule.select(env, params, task_id, num_episodes=rule_episodes)
+        traj = switch_rule.run_rule_episodes(env, params, rule, key, episodes)
+        rows.append({**row("switch_rule (causal)", traj, time.perf_counter() - t0), "rule": rule.describe()})
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
@@ -130,6 +141,10 @@ def main() -> None:
                              "(inferencegym_jax.refined_oracle); 0: not")
     parser.add_argument("--refine-passes", type=int, default=1, help="refinement passes over each episode")
     parser.add_argument("--no-causal", action="store_true", help="the oracle rows only")
+    parser.add_argument("--no-mpc", action="store_true", help="no MPC rows (with --rule-episodes: the rule alone)")
+    parser.add_argument("--rule-episodes", type=int, default=0,
+                        help="also the switching rule (inferencegym_jax.switch_rule), selected on this many "
+                             "training episodes; 0: not")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     overrides = task_overrides(args.task_set)
@@ -138,7 +153,7 @@ def main() -> None:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
         new = task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective, overrides,
                         args.true_traffic_state, args.replan_every, args.refine_block, args.refine_passes,
-                        not args.no_causal)
+                        not args.no_causal, args.rule_episodes, not args.no_mpc)
         for row in new:
             print(json.dumps(row), flush=True)
         rows += new
@@ -164,7 +179,8 @@ def main() -> None:
     if args.json:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
                    "replan_every": args.replan_every, "refine_block": args.refine_block,
-                   "refine_passes": args.refine_passes, "objective": args.objective,
+                   "refine_passes": args.refine_passes, "rule_episodes": args.rule_episodes,
+                   "objective": args.objective,
                    "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}
         atomic_write_json(args.json, payload)

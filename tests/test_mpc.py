@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc
+from inferencegym_jax import baselines, evaluate, graders, mpc, switch_rule
 from inferencegym_jax.actions import KNOBS
 
 TASK = "InferenceGym-Task2-v0"
@@ -191,3 +191,22 @@ def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
         assert {"component_ttft", "component_memory"} <= set(row)
         assert f"| {row['task']} | {row['policy']} | {row['score']:.3f}" in printed
     assert rows[0]["changes"] == 0.0 and rows[0]["gain"] == 0.0
+
+
+@pytest.mark.slow
+def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
+    """`--rule-episodes N --no-mpc`: best_static and the switching rule's row, which names the rule."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
+    out = tmp_path / "rule.json"
+    subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--rule-episodes", "2",
+                    "--no-mpc", "--json", str(out)], capture_output=True, text=True, check=True, cwd=tmp_path)
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["policy"] for r in rows] == ["best_static", "switch_rule (causal)"]
+    rule = rows[1]["rule"]
+    assert list(graders.load_constants("InferenceGym-Task2-v0")["best_static_action"]) in (rule["low"], rule["high"])
+    assert rule["window"] in switch_rule.WINDOWS and 0.0 <= rule["off_rate"] <= rule["on_rate"]
