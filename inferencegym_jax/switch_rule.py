@@ -93,20 +93,38 @@ def run_rule_episode(env: InferenceGymEnv, params: EnvParams, rule: SwitchRule, 
     them the episode has had; the first interval, with no past, serves `low`)."""
     k_reset, k_env, _ = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
-    dt = params.server.dt_s
 
     def body(carry, t):
-        state, recent, high = carry  # recent: [tokens] (window,) the prompt tokens of the last intervals
-        rate = jnp.sum(recent) / (jnp.maximum(jnp.minimum(t, rule.window), 1).astype(jnp.float32) * dt)
-        high = jnp.where(high, rate >= rule.off_rate, rate > rule.on_rate)
-        action = jnp.where(high, rule.high, rule.low)
+        state, memory = carry
+        memory, action = decide(rule, memory, t, params.server.dt_s)
         _, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        recent = recent.at[t % rule.window].set(jnp.sum(info["arrivals"].prompt_tokens))
-        return (state, recent, high), interval_record(reward, info)
+        return (state, remember(rule, memory, t, info)), interval_record(reward, info)
 
-    start = (state, jnp.zeros(rule.window, jnp.float32), jnp.bool_(False))
-    _, traj = jax.lax.scan(body, start, jnp.arange(num_steps))
+    _, traj = jax.lax.scan(body, (state, start_memory(rule)), jnp.arange(num_steps))
     return traj
+
+
+def start_memory(rule: SwitchRule) -> tuple[jax.Array, jax.Array]:
+    """What the rule remembers at t = 0: (recent, high), recent [tokens] float32 (window,) the
+    prompt tokens of the last intervals (a ring buffer, none yet), high bool () its last choice."""
+    return jnp.zeros(rule.window, jnp.float32), jnp.bool_(False)
+
+
+def decide(rule: SwitchRule, memory: tuple[jax.Array, jax.Array], t: jax.Array,
+           dt_s: jax.Array) -> tuple[tuple[jax.Array, jax.Array], jax.Array]:
+    """(memory with the new choice, int32 (5,) the configuration to serve interval t with), from
+    the rate over the intervals of the window the episode has had (`dt_s` [s] each)."""
+    recent, high = memory
+    rate = jnp.sum(recent) / (jnp.maximum(jnp.minimum(t, rule.window), 1).astype(jnp.float32) * dt_s)
+    high = jnp.where(high, rate >= rule.off_rate, rate > rule.on_rate)
+    return (recent, high), jnp.where(high, rule.high, rule.low)
+
+
+def remember(rule: SwitchRule, memory: tuple[jax.Array, jax.Array], t: jax.Array,
+             info: dict) -> tuple[jax.Array, jax.Array]:
+    """The memory after interval t, whose step returned `info`: its arrivals' prompt tokens kept."""
+    recent, high = memory
+    return recent.at[t % rule.window].set(jnp.sum(info["arrivals"].prompt_tokens)), high
 
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps"))
@@ -155,7 +173,9 @@ def offered_prompt_tokens(env: InferenceGymEnv, params: EnvParams, key: jax.Arra
 
 def windowed_rates(tokens: np.ndarray, window: int, dt_s: float) -> np.ndarray:
     """[prompt tokens/s] float32 (episodes, intervals - window + 1): the rate over every full
-    window of `window` intervals of `dt_s` seconds, from `offered_prompt_tokens`' array."""
+    window of `window` intervals of `dt_s` seconds, from `offered_prompt_tokens`' array; a window
+    longer than the episodes is the whole episode (as in `decide`, the intervals there are)."""
+    window = min(window, tokens.shape[1])
     sums = np.cumsum(np.pad(np.asarray(tokens, np.float64), ((0, 0), (1, 0))), axis=1)
     return ((sums[:, window:] - sums[:, :-window]) / (window * dt_s)).astype(np.float32)
 

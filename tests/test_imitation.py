@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc
+from inferencegym_jax import baselines, evaluate, graders, mpc, switch_rule
 from inferencegym_jax.actions import indices_from_action
 from training import probes
 from training.config import PPOConfig, load_config
+from training.imitation import RuleTeacher
 from training.networks import ActorCritic, policy_distribution
 from training.ppo import Trainer, make_train
 
@@ -127,3 +128,34 @@ def test_imitation_needs_grid_actions_and_a_serving_env():
     probe = probes.ObservationReward()
     with pytest.raises(ValueError, match="config key 'imitation_episodes' = 2: imitating the mpc needs a serving env"):
         make_train(PPOConfig(imitation_episodes=2, num_envs=4, num_steps=4, num_minibatches=1), probe)
+
+
+@pytest.mark.slow
+def test_the_rule_teacher_plays_the_rule_episode_and_labels_the_learners(short_task, trainer):
+    env, params = short_task
+    best = np.asarray(graders.load_constants(TASK)["best_static_action"], np.int32)
+    other = best.copy()
+    other[2] = 2  # another batch size
+    rule = switch_rule.make_rule(best, other, 1.0, 0.0, window=3)  # switches once prompt tokens arrive
+    teacher = RuleTeacher(trainer.env, params, EPISODES, rule)
+    own = jax.jit(teacher)(jax.random.key(5))
+    keys = jax.random.split(jax.random.key(5), EPISODES)
+    traj = jax.jit(jax.vmap(lambda k: switch_rule.run_rule_episode(env, params, rule, k, STEPS)))(keys)
+    np.testing.assert_array_equal(np.asarray(own.action), np.asarray(indices_from_action(traj.action)))
+    assert len({tuple(a) for a in np.asarray(own.action).reshape(-1, 5).tolist()}) == 2
+    np.testing.assert_allclose(np.asarray(own.reward), np.asarray(traj.reward), rtol=1e-5, atol=1e-6)
+    assert own.obs.shape == (EPISODES, STEPS, trainer.obs_dim)
+    # The rule decides from the arrivals alone: the learner's episodes get the same labels.
+    learner = jax.jit(lambda k: teacher(k, act=baselines.fixed_policy(best)))(jax.random.key(5))
+    np.testing.assert_array_equal(np.asarray(learner.action), np.asarray(own.action))
+
+
+@pytest.mark.slow
+def test_the_switch_rule_teacher_is_the_rule_the_baseline_selects(short_task):
+    with pytest.raises(ValueError, match="'imitation_teacher' = 'oracle' out of range"):
+        PPOConfig().replace(imitation_teacher="oracle")
+    env, params = short_task
+    teacher = make_train(_config(imitation_teacher="switch_rule"), env, params).teacher
+    assert isinstance(teacher, RuleTeacher) and teacher.episodes == EPISODES
+    rule, _ = switch_rule.select(env, params, TASK)
+    assert teacher.rule.describe() == rule.describe()

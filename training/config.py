@@ -31,6 +31,8 @@ from inferencegym_jax import mpc
 from inferencegym_jax.package_files import shipped
 
 TRACED = "traced"
+# Teachers the imitation before PPO may fit (`imitation_teacher`, training.imitation).
+IMITATION_TEACHERS = ("mpc", "switch_rule")
 
 
 def _traced(default: float, doc: str, lo: float, hi: float, lo_open: bool = False) -> Any:
@@ -100,10 +102,15 @@ class PPOConfig:
                                          "forecast_intervals intervals (wrappers.TrafficForecastWrapper: the "
                                          "posterior the causal mpc plans from); 0: no forecast",
                                       lambda v: 0 <= v <= 1024, "in [0, 1024]")
-    imitation_episodes: int = _static(0, "episodes of the causal mpc whose choices the policy is fitted to before "
+    imitation_episodes: int = _static(0, "episodes of the teacher (imitation_teacher: by default the causal mpc) "
+                                         "whose choices the policy is fitted to before "
                                          "PPO (training.imitation: behaviour cloning, then PPO from that start); "
                                          "absolute action_mode only; 0: no imitation",
                                       lambda v: 0 <= v <= 65536, "in [0, 65536]")
+    imitation_teacher: str = _static("mpc", "whose choices the imitation fits: 'mpc' (the causal mpc, "
+                                            "imitation_horizon and imitation_samples below) or 'switch_rule' (the "
+                                            "switching rule inferencegym_jax.switch_rule selects for the task)",
+                                     lambda v: v in IMITATION_TEACHERS, f"one of {list(IMITATION_TEACHERS)}")
     imitation_epochs: int = _static(200, "epochs of fitting to the mpc's episodes (each over minibatches of "
                                          "minibatch_size intervals)", lambda v: v >= 1, ">= 1")
     imitation_rounds: int = _static(0, "DAgger rounds after the first fit: the fitted policy plays imitation_episodes "

@@ -26,7 +26,7 @@ import numpy as np
 
 from inferencegym_jax import wrappers
 from training.config import PPOConfig
-from training.imitation import MPCTeacher
+from training.imitation import MPCTeacher, RuleTeacher
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +103,9 @@ def training_env(config: PPOConfig, env: Any = None, env_params: Any = None) -> 
     if config.forecast_intervals:
         env = wrappers.TrafficForecastWrapper(env, config.forecast_intervals)
     teacher = None
-    if config.imitation_episodes:
+    if config.imitation_episodes and config.imitation_teacher == "switch_rule":
+        teacher = RuleTeacher.build(env, params, env.env_id, config.imitation_episodes)
+    elif config.imitation_episodes:
         teacher = MPCTeacher.build(env, params, env.env_id, config.imitation_episodes, config.imitation_horizon,
                                    config.imitation_samples)
     return TrainingEnv(env, params, initial, warmup, teacher)

@@ -24,7 +24,9 @@ from a policy fitted to the MPC's choices:
 
 This is behaviour cloning from a fair teacher: the MPC sees the server's true state (a policy
 sees its observation's summaries) and the arrivals so far, nothing of the future. PPO then
-trains from that start with its own rollouts and rewards.
+trains from that start with its own rollouts and rewards. With `imitation_teacher =
+"switch_rule"` the teacher is `RuleTeacher` instead: the causal switching rule
+(inferencegym_jax.switch_rule) the baseline selects for the task, which sees the arrivals only.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from inferencegym_jax import graders, mpc
+from inferencegym_jax import graders, mpc, switch_rule
 from inferencegym_jax.env import EnvState
 from inferencegym_jax.evaluate import Policy
 from training.advantages import compute_gae
@@ -141,6 +143,52 @@ class MPCTeacher:
             return (obs, state, past, belief), (flat, choice, reward)
 
         (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, (obs, state, past, belief), jnp.arange(num_steps))
+        return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
+
+    def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
+        keys = jax.random.split(key, self.episodes)
+        return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params, rule)
+class RuleTeacher:
+    """The causal switching rule (inferencegym_jax.switch_rule) as a source of demonstrations,
+    called like MPCTeacher. Its choice depends on the arrivals alone, so in a DAgger episode it
+    labels the learner's states with what it would have chosen in its own.
+
+    Attributes:
+      env, params, episodes: as MPCTeacher's.
+      rule: the rule (`switch_rule.SwitchRule`).
+    """
+
+    env: Any
+    params: Any
+    episodes: int
+    rule: switch_rule.SwitchRule
+
+    @classmethod
+    def build(cls, env: Any, params: Any, task_id: str, episodes: int) -> RuleTeacher:
+        """The teacher with the baseline's rule: `switch_rule.select` with its defaults (128
+        episodes of its own training stream, seed 0), the same for every run of the task."""
+        rule, _ = switch_rule.select(getattr(env, "unwrapped", env), params, task_id)
+        return cls(env, params, episodes, rule)
+
+    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
+        """One episode from `key`, each interval labelled with the rule's choice; as MPCTeacher's."""
+        env, params, rule = self.env, self.params, self.rule
+        k_reset, k_env, k_plan = jax.random.split(key, 3)
+        obs, state = env.reset_env(k_reset, params)
+
+        def body(carry, t):
+            obs, state, memory = carry
+            memory, choice = switch_rule.decide(rule, memory, t, params.server.dt_s)
+            flat = env.flatten_observation(obs, params)
+            action = choice if act is None else act(jax.random.fold_in(k_plan, t), obs, params)
+            obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
+            return (obs, state, switch_rule.remember(rule, memory, t, info)), (flat, choice, reward)
+
+        start = (obs, state, switch_rule.start_memory(rule))
+        (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, start, jnp.arange(int(params.max_steps_in_episode)))
         return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
 
     def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
