@@ -160,6 +160,7 @@ def main() -> None:
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
           f"{args.samples} sampled futures for the causal MPC (one, the recent past, on a replayed trace), "
           f"a plan every {args.replan_every} interval(s), "
+          + (f"the switching rule selected on {args.rule_episodes} training episodes, " if args.rule_episodes else "")
           + (f"the oracle refined in blocks of {args.refine_block} ({args.refine_passes} pass(es)), "
              if args.refine_block else "")
           + f"objective {args.objective}"
