@@ -183,16 +183,27 @@ def run_episodes(
     if mesh is not None:
         sharding.require_every_process(mesh, "devices")
     policy = as_policy_pytree(policy)
+
+    def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
+        if mesh is None:
+            return _run_batch(env, params, policy, keys, num_steps)
+        out = _run_batch_sharded(env, params, policy, sharding.shard_leading(keys, mesh), num_steps, mesh)
+        return sharding.gather(out)  # several processes: each gets every episode
+
     lanes = BATCH_MULTIPLE * (1 if mesh is None else mesh.size)
+    return in_batches(run_batch, key, num_episodes, batch_size, lanes)
+
+
+def in_batches(run_batch: Callable[[jax.Array, int, int], Any], key: jax.Array, num_episodes: int,
+               batch_size: int, lanes: int = BATCH_MULTIPLE) -> Any:
+    """Episodes 0 .. num_episodes-1 of `key` in batches of `batch_size`: run_batch(keys, start,
+    count) runs episodes start .. start + count - 1 with the keys fold_in(key, i) of those and of
+    the next episodes up to a multiple of `lanes` (whose results are dropped, so on CPU a result
+    does not depend on the batch size); the batches' results (leading axis: episodes) concatenated."""
     chunks = []
     for start in range(0, num_episodes, batch_size):
         count = min(batch_size, num_episodes - start)
-        keys = episode_keys(key, start, count + (-count) % lanes)
-        if mesh is None:
-            out = _run_batch(env, params, policy, keys, num_steps)
-        else:
-            out = _run_batch_sharded(env, params, policy, sharding.shard_leading(keys, mesh), num_steps, mesh)
-            out = sharding.gather(out)  # several processes: each gets every episode
+        out = run_batch(episode_keys(key, start, count + (-count) % lanes), start, count)
         chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], out))
     if len(chunks) == 1:
         return chunks[0]

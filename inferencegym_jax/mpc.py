@@ -69,7 +69,7 @@ import numpy as np
 from inferencegym_jax import graders, traffic_belief, workload
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
-from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
+from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
 
 # [intervals] The default look-ahead: three start-ups of the v1 tasks' prefill engine
 # (prefill_start_s = 10 s at 1-s intervals, configs/tasks/task3_v1.toml and task4_v1.toml), so a
@@ -329,11 +329,9 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
     num_steps = int(num_steps or int(params.max_steps_in_episode))
     cands = jnp.asarray(candidate_actions(env, params, task_id) if candidates is None else candidates, jnp.int32)
     grader = graders.grader_name(task_id)
-    chunks = []
-    for start in range(0, num_episodes, batch_size):
-        count = min(batch_size, num_episodes - start)
-        keys = episode_keys(key, start, count + (-count) % BATCH_MULTIPLE)
-        out = _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
-                         grader, objective, traffic_state, replan_every)
-        chunks.append(jax.tree_util.tree_map(lambda x, c=count: x[:c], out))
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *chunks)
+
+    def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
+        return _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
+                          grader, objective, traffic_state, replan_every)
+
+    return in_batches(run_batch, key, num_episodes, batch_size)

@@ -31,7 +31,7 @@ import numpy as np
 from inferencegym_jax import graders
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
-from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
+from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
 from inferencegym_jax.mpc import step_sums
 
 KEEP = -1  # an option's first index: keep the schedule's own configurations in the block
@@ -132,13 +132,10 @@ def refined_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
                          f"must divide the episode's {num_steps} intervals")
     cands = jnp.asarray(candidates, jnp.int32)
     grader = graders.grader_name(task_id)
-    chunks = []
-    for start in range(0, num_episodes, batch_size):
-        count = min(batch_size, num_episodes - start)
-        pad = count + (-count) % BATCH_MULTIPLE
-        keys = episode_keys(key, start, pad)
-        batch = schedules[start:start + count]
-        batch = jnp.concatenate([batch, jnp.repeat(batch[-1:], pad - count, axis=0)])
-        out = _refine_batch(env, params, cands, keys, batch, block, passes, grader)
-        chunks.append(jax.tree_util.tree_map(lambda x, c=count: x[:c], out))
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *chunks)
+
+    def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
+        batch = schedules[start:start + count]  # padded with the last one's to the keys' width
+        batch = jnp.concatenate([batch, jnp.repeat(batch[-1:], len(keys) - count, axis=0)])
+        return _refine_batch(env, params, cands, keys, batch, block, passes, grader)
+
+    return in_batches(run_batch, key, num_episodes, batch_size)

@@ -36,7 +36,7 @@ from jax.typing import ArrayLike
 
 from inferencegym_jax import evaluate, graders, mpc
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
-from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, episode_keys, interval_record
+from inferencegym_jax.evaluate import Trajectory, episode_keys, in_batches, interval_record
 
 # The search grid of `select`. Windows [intervals]: 10 s to a minute, the span of the traces'
 # bursts and of their load's correlation (README "Graders and baselines"), 1 s intervals.
@@ -141,13 +141,8 @@ def run_rule_episodes(env: InferenceGymEnv, params: EnvParams, rule: SwitchRule,
     if num_episodes < 1 or batch_size < 1:
         raise ValueError(f"num_episodes={num_episodes} and batch_size={batch_size} must be >= 1")
     num_steps = int(num_steps or int(params.max_steps_in_episode))
-    chunks = []
-    for start in range(0, num_episodes, batch_size):
-        count = min(batch_size, num_episodes - start)
-        keys = episode_keys(key, start, count + (-count) % BATCH_MULTIPLE)
-        out = _run_batch(env, params, rule, keys, num_steps)
-        chunks.append(jax.tree_util.tree_map(lambda x, c=count: x[:c], out))
-    return jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *chunks)
+    return in_batches(lambda keys, start, count: _run_batch(env, params, rule, keys, num_steps), key, num_episodes,
+                      batch_size)
 
 
 def offered_prompt_tokens(env: InferenceGymEnv, params: EnvParams, key: jax.Array, num_episodes: int,
@@ -199,17 +194,18 @@ def select(env: InferenceGymEnv, params: EnvParams, task_id: str, num_episodes: 
     dt = float(params.server.dt_s)
     on_rates = {w: np.quantile(windowed_rates(tokens, w, dt), on_quantiles) for w in windows}
 
-    def score(pair: tuple[np.ndarray, np.ndarray], window: int, q: float, ratio: float) -> tuple[float, SwitchRule]:
+    @functools.cache  # the first stage's points are the second's too
+    def score(pair: int, window: int, q: float, ratio: float) -> tuple[float, SwitchRule]:
         on = float(on_rates[window][on_quantiles.index(q)])
-        rule = make_rule(*pair, on, ratio * on, window)
+        rule = make_rule(*pairs[pair], on, ratio * on, window)
         traj = run_rule_episodes(env, params, rule, key, num_episodes, num_steps=num_steps)
         return float(np.mean(evaluate.grade_trajectory(traj, params, task_id).scores)), rule
 
-    def first_stage_score(pair: tuple[np.ndarray, np.ndarray]) -> float:
+    def first_stage_score(pair: int) -> float:
         return max(score(pair, first_stage["window"], q, first_stage["hysteresis"])[0]
                    for q in first_stage["on_quantiles"])
 
-    ranked = sorted(pairs, key=first_stage_score, reverse=True)
+    ranked = sorted(range(len(pairs)), key=first_stage_score, reverse=True)
     grid = itertools.product(ranked[:shortlist], windows, on_quantiles, hysteresis)
     top, rule = max((score(*point) for point in grid), key=lambda scored: scored[0])
     return rule, top

@@ -80,8 +80,22 @@ def serving_state(state: Any) -> EnvState:
     return state
 
 
+class Teacher:
+    """`teacher(key, act=None) -> Demonstrations`: `episodes` episodes of the subclass's
+    `episode(key, act)` from split(key, episodes), TEACHER_BATCH of them at a time."""
+
+    episodes: int
+
+    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
+        raise NotImplementedError
+
+    def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
+        keys = jax.random.split(key, self.episodes)
+        return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params)
-class MPCTeacher:
+class MPCTeacher(Teacher):
     """The causal MPC as a source of demonstrations: `teacher(key, act=None) -> Demonstrations`.
 
     Attributes:
@@ -145,13 +159,9 @@ class MPCTeacher:
         (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, (obs, state, past, belief), jnp.arange(num_steps))
         return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
 
-    def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        keys = jax.random.split(key, self.episodes)
-        return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
-
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params, rule)
-class RuleTeacher:
+class RuleTeacher(Teacher):
     """The causal switching rule (inferencegym_jax.switch_rule) as a source of demonstrations,
     called like MPCTeacher. Its choice depends on the arrivals alone, so in a DAgger episode it
     labels the learner's states with what it would have chosen in its own.
@@ -190,10 +200,6 @@ class RuleTeacher:
         start = (obs, state, switch_rule.start_memory(rule))
         (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, start, jnp.arange(int(params.max_steps_in_episode)))
         return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
-
-    def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        keys = jax.random.split(key, self.episodes)
-        return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
 
 
 def concatenate(*demos: Demonstrations) -> Demonstrations:
