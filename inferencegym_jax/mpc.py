@@ -11,11 +11,15 @@ ways to see the future:
     stronger one.
   * causal (`mpc`): the rollouts use `samples` futures drawn from keys the episode never uses
     (fold_in(fold_in(fold_in(k_plan, t), s), h)), and a candidate's score is its mean over them.
-    A replayed trace draws nothing from keys, so on a trace task the one future is a persistence
-    forecast instead: the rollout replays the trace's last `horizon` intervals again
-    (`_recent_trace_offset`), the current regime of the real load. (The earlier forecast, other
-    stretches of the trace drawn at random, planned for the trace's average load and scored
-    0.089 below the best static configuration on task 4-v1: README "Graders and baselines".)
+    A replayed trace draws nothing from keys, so on a trace task the futures are stretches of
+    the trace itself (`trace_forecast`): "persistence" (the default, what the imitation teacher
+    plans with), one future, the trace's last `horizon` intervals replayed again
+    (`_recent_trace_offset`), the current regime of the real load; "analogs", `samples` futures,
+    the stretches of the trace's past that followed a load like the one seen now
+    (`trace_analogs`), which average over the burst timing persistence repeats exactly. (An
+    earlier forecast, other stretches of the trace drawn at random, planned for the trace's
+    average load and scored 0.089 below the best static configuration on task 4-v1: README
+    "Graders and baselines".)
     The traffic's hidden state (a periodic burst's phase, whether an MMPP burst is on) is, for
     each future, a draw from the posterior given the arrivals seen so far (`traffic_belief`,
     `traffic_state="belief"`, the default): with the true one (`traffic_state="true"`) a plan
@@ -66,7 +70,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import graders, traffic_belief, workload
+from inferencegym_jax import graders, trace_analogs, traffic_belief, workload
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
@@ -179,14 +183,19 @@ FORECAST_OFFSET_TAG = 1
 BELIEF_SAMPLE_TAG = 2
 # Where a causal plan's hidden traffic state comes from (`run_mpc_episodes(traffic_state=...)`).
 TRAFFIC_STATES = ("belief", "true")
+# A causal plan's futures on a replayed trace (`run_mpc_episodes(trace_forecast=...)`, module docstring).
+TRACE_FORECASTS = ("persistence", "analogs")
 
 
 def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvoyant: bool,
-                    num_steps: int, horizon: int, belief: traffic_belief.TrafficBelief | None = None) -> EnvState:
+                    num_steps: int, horizon: int, belief: traffic_belief.TrafficBelief | None = None,
+                    analog: tuple[jax.Array, jax.Array] | None = None) -> EnvState:
     """The state a rollout on future `keys` (`horizon` intervals) starts from: the true one,
     except in a causal plan
       * on a replayed trace (which draws nothing from keys, so every rollout would see the
-        episode's own future): the trace's own last `horizon` intervals replayed again, a
+        episode's own future): the stretch of the trace that starts at `analog`'s time [s] on
+        the trace's clock where it has one (`trace_analogs.analog_starts`: (start, found),
+        float32 (), bool ()), else the trace's own last `horizon` intervals replayed again, a
         persistence forecast (`_recent_trace_offset`);
       * with a `belief`: the hidden traffic state (a periodic burst's phase, an MMPP burst's
         on/off) drawn from the posterior given the arrivals seen so far (`traffic_belief`).
@@ -199,6 +208,9 @@ def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvo
     if params.workload.schedule != "trace":
         return state
     offset = _recent_trace_offset(state, params, keys, num_steps, horizon)
+    if analog is not None:
+        start_s, found = analog  # the replay reads the trace at offset + time x dt (workload._trace_arrivals)
+        offset = jnp.where(found, start_s - state.time.astype(jnp.float32) * params.server.dt_s, offset)
     return state.replace(workload=state.workload.replace(phase_s=offset))
 
 
@@ -223,7 +235,8 @@ def _recent_trace_offset(state: EnvState, params: EnvParams, keys: jax.Array, nu
 def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: EnvState, past: dict,
          belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
          num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
-         objective: str = "grade") -> jax.Array:
+         objective: str = "grade", trace_forecast: str = "persistence",
+         analog_window: int = trace_analogs.WINDOW) -> jax.Array:
     """The controller's choice at interval t: the candidate (int32 (5,), a row of `candidates`)
     with the best mean score over the futures (module docstring) from `state`.
 
@@ -232,27 +245,38 @@ def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: 
       belief: the traffic belief given the arrivals before interval t (a causal plan's hidden
         traffic state); None: the true one.
       k_env, k_plan: the episode's step and planning keys.
+      trace_forecast: a causal plan's futures on a replayed trace, one of TRACE_FORECASTS
+        (module docstring): "persistence" plans on one, "analogs" on `samples`.
+      analog_window: [intervals] the load the analogs match (`trace_analogs.analog_starts`).
     """
     ahead = jnp.arange(horizon)
     valid = (t + ahead) < num_steps
+    analogs = None
     if params.workload.schedule == "trace":
-        samples = 1  # a replay's forecast is its own recent past (`_recent_trace_offset`): one future
+        if clairvoyant or trace_forecast == "persistence":
+            samples = 1  # the episode's own future, or its recent past (`_recent_trace_offset`): one future
+        else:
+            now_s = state.workload.phase_s + state.time.astype(jnp.float32) * params.server.dt_s
+            analogs = trace_analogs.analog_starts(params.workload.trace, now_s, horizon, samples, params.server.dt_s,
+                                                  analog_window)
     futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
     score = functools.partial(OBJECTIVES[objective], env, params, valid=valid, past=past, grader=grader,
                               is_open=(t + horizon) < num_steps)
 
     def mean_score(action):
-        def one_future(keys):
-            return score(_planning_state(state, params, keys, clairvoyant, num_steps, horizon, belief), action, keys)
+        def one_future(keys, analog):
+            state_h = _planning_state(state, params, keys, clairvoyant, num_steps, horizon, belief, analog)
+            return score(state_h, action, keys)
 
-        return jnp.mean(jax.vmap(one_future)(futures))
+        return jnp.mean(jax.vmap(one_future)(futures, analogs))
 
     return candidates[jnp.argmax(jax.vmap(mean_score)(candidates))]
 
 
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
                     horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
-                    objective: str = "grade", traffic_state: str = "belief", replan_every: int = 1) -> Trajectory:
+                    objective: str = "grade", traffic_state: str = "belief", replan_every: int = 1,
+                    trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW) -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's. It plans
     at intervals t with t % replan_every == 0 and holds that choice until the next plan."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
@@ -266,7 +290,7 @@ def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
         action = jax.lax.cond(
             t % replan_every == 0,
             lambda: plan(env, params, candidates, state, past, belief if use_belief else None, t, k_env, k_plan,
-                         num_steps, horizon, samples, clairvoyant, grader, objective),
+                         num_steps, horizon, samples, clairvoyant, grader, objective, trace_forecast, analog_window),
             lambda: held)
         _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
         past, belief = advance(past, belief, state, info, t, params)
@@ -291,24 +315,27 @@ def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, i
 
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant", "grader",
-                                             "objective", "traffic_state", "replan_every"))
+                                             "objective", "traffic_state", "replan_every", "trace_forecast",
+                                             "analog_window"))
 def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective,
-               traffic_state, replan_every):
+               traffic_state, replan_every, trace_forecast, analog_window):
     return jax.vmap(lambda k: run_mpc_episode(env, params, candidates, k, num_steps, horizon, samples,
-                                              clairvoyant, grader, objective, traffic_state, replan_every))(keys)
+                                              clairvoyant, grader, objective, traffic_state, replan_every,
+                                              trace_forecast, analog_window))(keys)
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
                      clairvoyant: bool, horizon: int = HORIZON, samples: int = SAMPLES,
                      candidates: np.ndarray | None = None, batch_size: int = BATCH_MULTIPLE,
                      num_steps: int | None = None, objective: str = "grade",
-                     traffic_state: str = "belief", replan_every: int = 1) -> Trajectory:
+                     traffic_state: str = "belief", replan_every: int = 1,
+                     trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW) -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired
     with evaluate.run_episodes' episode i); batches of `batch_size` episodes per jitted call.
 
     Args:
       clairvoyant: True for the oracle bound (the episode's own future), False for the causal
-        MPC (`samples` futures from fresh keys; on a replayed trace one, its recent past).
+        MPC (`samples` futures from fresh keys; on a replayed trace `trace_forecast`'s).
       horizon: [intervals] each rollout looks ahead, >= 1.
       candidates: int32 (C, 5) index actions (default: `candidate_actions`).
       objective: "grade" (the task grader's value of the episode so far plus the rollout) or
@@ -318,6 +345,10 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         episode's own burst phase or MMPP state: a reference for a perfect traffic-state estimate).
       replan_every: [intervals] >= 1 between plans, the choice held in between (move blocking,
         module docstring); 1 plans every interval.
+      trace_forecast: the causal MPC's futures on a replayed trace: "persistence" (one, its
+        recent past) or "analogs" (`samples`, at most trace_analogs.LOOKBACK, the stretches that
+        followed a load like now's); module docstring.
+      analog_window: [intervals] >= 1, the load over which analogs match now's (`trace_analogs`).
     """
     if horizon < 1 or samples < 1 or num_episodes < 1 or batch_size < 1 or replan_every < 1:
         raise ValueError(f"horizon={horizon}, samples={samples}, num_episodes={num_episodes}, "
@@ -326,12 +357,18 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         raise ValueError(f"objective={objective!r}: must be one of {sorted(OBJECTIVES)}")
     if traffic_state not in TRAFFIC_STATES:
         raise ValueError(f"traffic_state={traffic_state!r}: must be one of {list(TRAFFIC_STATES)}")
+    if trace_forecast not in TRACE_FORECASTS:
+        raise ValueError(f"trace_forecast={trace_forecast!r}: must be one of {list(TRACE_FORECASTS)}")
+    if analog_window < 1:
+        raise ValueError(f"analog_window={analog_window}: must be >= 1 [intervals]")
+    if trace_forecast == "analogs" and samples > trace_analogs.LOOKBACK:
+        raise ValueError(f"samples={samples}: at most {trace_analogs.LOOKBACK} analogs (trace_analogs.LOOKBACK)")
     num_steps = int(num_steps or int(params.max_steps_in_episode))
     cands = jnp.asarray(candidate_actions(env, params, task_id) if candidates is None else candidates, jnp.int32)
     grader = graders.grader_name(task_id)
 
     def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
         return _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
-                          grader, objective, traffic_state, replan_every)
+                          grader, objective, traffic_state, replan_every, trace_forecast, analog_window)
 
     return in_batches(run_batch, key, num_episodes, batch_size)

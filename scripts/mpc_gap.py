@@ -11,6 +11,7 @@ held-out episodes.
     python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --refine-block 10 --no-causal  # refined oracle
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
     python scripts/mpc_gap.py --version 1 --task 4 --rule-episodes 128 --no-mpc   # the switching rule only
+    python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --samples 64 --trace-forecast analogs  # README
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
@@ -73,7 +74,8 @@ def behaviour(traj: evaluate.Trajectory, graded: evaluate.EvalResult, static_act
 
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
               overrides: dict, true_traffic_state: bool = False, replan_every: int = 1, refine_block: int = 0,
-              refine_passes: int = 1, causal: bool = True, rule_episodes: int = 0, mpc_rows: bool = True) -> list[dict]:
+              refine_passes: int = 1, causal: bool = True, rule_episodes: int = 0, mpc_rows: bool = True,
+              trace_forecast: str = "persistence") -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
@@ -84,11 +86,13 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
              "ci95": evaluate.confidence_interval_95(static), "gain": 0.0, "gain_ci95": 0.0, "seconds": 0.0,
              **behaviour(static_traj, static_graded, static_action)}]
     causal = causal and mpc_rows
+    is_trace = params.workload.schedule == "trace"
+    causal_name = "mpc (causal, analog forecast)" if is_trace and trace_forecast == "analogs" else "mpc (causal)"
     controllers = ([("mpc_oracle (oracle bound)", True, "belief")] * mpc_rows
-                   + [("mpc (causal)", False, "belief")] * causal)
-    # A replayed trace has no hidden traffic state: a causal plan replays the trace's recent past
+                   + [(causal_name, False, "belief")] * causal)
+    # A replayed trace has no hidden traffic state: a causal plan replays stretches of the trace
     # either way (mpc._planning_state), so the row would repeat the causal one.
-    if causal and true_traffic_state and params.workload.schedule != "trace":
+    if causal and true_traffic_state and not is_trace:
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
 
     def row(name: str, traj: evaluate.Trajectory, seconds: float) -> dict:
@@ -108,7 +112,7 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
                                     samples=samples, objective=objective, traffic_state=traffic_state,
-                                    replan_every=replan_every)
+                                    replan_every=replan_every, trace_forecast=trace_forecast)
         rows.append(row(name, traj, time.perf_counter() - t0))
         if clairvoyant and refine_block:
             t0 = time.perf_counter()
@@ -140,6 +144,9 @@ def main() -> None:
                         help="[intervals] also the oracle's episodes refined in blocks of this many intervals "
                              "(inferencegym_jax.refined_oracle); 0: not")
     parser.add_argument("--refine-passes", type=int, default=1, help="refinement passes over each episode")
+    parser.add_argument("--trace-forecast", choices=mpc.TRACE_FORECASTS, default="persistence",
+                        help="the causal MPC's futures on a replayed trace (inferencegym_jax.mpc): its recent "
+                             "past, or --samples analogs (inferencegym_jax.trace_analogs)")
     parser.add_argument("--no-causal", action="store_true", help="the oracle rows only")
     parser.add_argument("--no-mpc", action="store_true", help="no MPC rows (with --rule-episodes: the rule alone)")
     parser.add_argument("--rule-episodes", type=int, default=0,
@@ -153,12 +160,14 @@ def main() -> None:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
         new = task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective, overrides,
                         args.true_traffic_state, args.replan_every, args.refine_block, args.refine_passes,
-                        not args.no_causal, args.rule_episodes, not args.no_mpc)
+                        not args.no_causal, args.rule_episodes, not args.no_mpc, args.trace_forecast)
         for row in new:
             print(json.dumps(row), flush=True)
         rows += new
     print(f"\n{args.episodes} episodes of evaluation_key({args.seed}); horizon {args.horizon}, "
-          f"{args.samples} sampled futures for the causal MPC (one, the recent past, on a replayed trace), "
+          f"{args.samples} sampled futures for the causal MPC ("
+          + ("as many analogs" if args.trace_forecast == "analogs" else "one, the recent past")
+          + " on a replayed trace), "
           f"a plan every {args.replan_every} interval(s), "
           + (f"the switching rule selected on {args.rule_episodes} training episodes, " if args.rule_episodes else "")
           + (f"the oracle refined in blocks of {args.refine_block} ({args.refine_passes} pass(es)), "
@@ -181,7 +190,7 @@ def main() -> None:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
                    "replan_every": args.replan_every, "refine_block": args.refine_block,
                    "refine_passes": args.refine_passes, "rule_episodes": args.rule_episodes,
-                   "objective": args.objective,
+                   "objective": args.objective, "trace_forecast": args.trace_forecast,
                    "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}
         atomic_write_json(args.json, payload)

@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.tasks",),
     ("inferencegym_jax.sharding", "inferencegym_jax.graders", "inferencegym_jax.evaluate"),
     ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.traffic_belief",
+     "inferencegym_jax.trace_analogs",
      "inferencegym_jax.mpc", "inferencegym_jax.refined_oracle", "inferencegym_jax.switch_rule"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
      "inferencegym_jax.gymnasium_env"),
