@@ -214,6 +214,11 @@ def _planning_state(state: EnvState, params: EnvParams, keys: jax.Array, clairvo
     return state.replace(workload=state.workload.replace(phase_s=offset))
 
 
+def _trace_now(state: EnvState, params: EnvParams) -> jax.Array:
+    """[s] float32 (): the start of `state`'s interval on the replayed trace's clock."""
+    return state.workload.phase_s + state.time.astype(jnp.float32) * params.server.dt_s
+
+
 def _recent_trace_offset(state: EnvState, params: EnvParams, keys: jax.Array, num_steps: int,
                          horizon: int) -> jax.Array:
     """[s] float32 (): the replay offset under which a rollout from `state` replays, in its
@@ -225,7 +230,7 @@ def _recent_trace_offset(state: EnvState, params: EnvParams, keys: jax.Array, nu
     from the future's first key as a reset draws one.
     """
     lookback = horizon * params.server.dt_s
-    now = state.workload.phase_s + state.time.astype(jnp.float32) * params.server.dt_s  # [s] on the trace's clock
+    now = _trace_now(state, params)
     u = jax.random.uniform(jax.random.fold_in(keys[0], FORECAST_OFFSET_TAG))
     draws = jnp.stack([u, jnp.float32(0.0)])  # a reset's draws: the offset, no burst (a trace has none)
     elsewhere = workload.init_from_draws(draws, params.workload, num_steps * params.server.dt_s).phase_s
@@ -256,9 +261,8 @@ def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: 
         if clairvoyant or trace_forecast == "persistence":
             samples = 1  # the episode's own future, or its recent past (`_recent_trace_offset`): one future
         else:
-            now_s = state.workload.phase_s + state.time.astype(jnp.float32) * params.server.dt_s
-            analogs = trace_analogs.analog_starts(params.workload.trace, now_s, horizon, samples, params.server.dt_s,
-                                                  analog_window)
+            analogs = trace_analogs.analog_starts(params.workload.trace, _trace_now(state, params), horizon, samples,
+                                                  params.server.dt_s, analog_window)
     futures = future_keys(k_env, k_plan, t, horizon, samples, clairvoyant)
     score = functools.partial(OBJECTIVES[objective], env, params, valid=valid, past=past, grader=grader,
                               is_open=(t + horizon) < num_steps)

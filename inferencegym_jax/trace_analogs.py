@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from inferencegym_jax.workload import Trace
+from inferencegym_jax import workload
 
 # [intervals] The load an analog must match: the offered prompt tokens over the last 30 intervals.
 # Chosen on 64 training episodes of task 4-v1 (the switching rule's selection episodes; planning
@@ -37,22 +37,19 @@ WINDOW = 30
 LOOKBACK = 3600
 
 
-def prompt_tokens_before(trace: Trace, time_s: jax.Array) -> jax.Array:
+def prompt_tokens_before(trace: workload.Trace, time_s: jax.Array) -> jax.Array:
     """[tokens] float32, shape of `time_s`: prompt tokens of every class that arrived before
     `time_s` [s] on the trace's clock."""
-    def one_class(arrival, prompt_cumsum):
-        # Index of the last request with arrival < time (the sentinel at 0 is -inf).
-        return prompt_cumsum[jnp.searchsorted(arrival, time_s, side="left") - 1]
-
-    return jnp.sum(jax.vmap(one_class)(trace.arrival_s, trace.prompt_cumsum), axis=0)
+    _, prompt, _, _ = workload.trace_totals_before(trace, time_s)
+    return jnp.sum(prompt, axis=0)
 
 
-def prompt_rate(trace: Trace, time_s: jax.Array, window_s: jax.Array) -> jax.Array:
+def prompt_rate(trace: workload.Trace, time_s: jax.Array, window_s: jax.Array) -> jax.Array:
     """[prompt tokens/s] float32, shape of `time_s`: the offered rate over [time_s - window_s, time_s)."""
     return (prompt_tokens_before(trace, time_s) - prompt_tokens_before(trace, time_s - window_s)) / window_s
 
 
-def analog_starts(trace: Trace, now_s: jax.Array, horizon: int, count: int, dt_s: jax.Array,
+def analog_starts(trace: workload.Trace, now_s: jax.Array, horizon: int, count: int, dt_s: jax.Array,
                   window: int = WINDOW, lookback: int = LOOKBACK) -> tuple[jax.Array, jax.Array]:
     """The `count` analogs of the moment `now_s` [s]: (start times tau [s] float32 (count,),
     found bool (count,)), nearest first.

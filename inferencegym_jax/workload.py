@@ -367,27 +367,24 @@ def step(
     return advance(draw(key, state, t_s, dt_s, params), state, t_s, dt_s, params)
 
 
+def trace_totals_before(trace: Trace, time_s: Array) -> tuple[Array, Array, Array, Array]:
+    """Per class, the requests of `trace` that arrived before `time_s` [s] on its clock:
+    (count, prompt tokens, output tokens, squared prompt tokens), each float32 (3, *time_s.shape)."""
+    def one_class(arrival, prompt_cs, output_cs, sq_cs):
+        # Index of the last request with arrival < time (the sentinel at 0 is -inf).
+        i = jnp.searchsorted(arrival, time_s, side="left") - 1
+        return i.astype(jnp.float32), prompt_cs[i], output_cs[i], sq_cs[i]
+
+    return jax.vmap(one_class)(trace.arrival_s, trace.prompt_cumsum, trace.output_cumsum, trace.prompt_sq_cumsum)
+
+
 def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams) -> Arrivals:
     """Exact replay: requests of each class's trace with arrival in [t, t + dt) past the offset."""
-    tr = params.trace
     # end = phase + (t + dt), not (phase + t) + dt: bit for bit the next interval's start, so
     # consecutive intervals partition the trace (no request counted twice or lost to rounding).
     start, end = state.phase_s + t_s, state.phase_s + (t_s + dt_s)
-
-    def one_class(arrival, prompt_cs, output_cs, sq_cs):
-        # Index of the last request with arrival < x (the sentinel at 0 is -inf).
-        i0 = jnp.searchsorted(arrival, start, side="left") - 1
-        i1 = jnp.searchsorted(arrival, end, side="left") - 1
-        return (
-            (i1 - i0).astype(jnp.float32),
-            prompt_cs[i1] - prompt_cs[i0],
-            output_cs[i1] - output_cs[i0],
-            sq_cs[i1] - sq_cs[i0],
-        )
-
-    count, prompt, output, sq = jax.vmap(one_class)(
-        tr.arrival_s, tr.prompt_cumsum, tr.output_cumsum, tr.prompt_sq_cumsum
-    )
+    totals = trace_totals_before(params.trace, jnp.stack([start, end]))  # each (3, 2)
+    count, prompt, output, sq = (total[:, 1] - total[:, 0] for total in totals)
     return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s)
 
 
