@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -261,6 +261,28 @@ def best_static_policy(task_id: str) -> Policy:
     """The stored best static configuration of a task (grid indices)."""
     action = jnp.asarray(graders.load_constants(task_id)["best_static_action"], jnp.int32)
     return fixed_policy(action)
+
+
+def candidate_actions(env: InferenceGymEnv, params: EnvParams, task_id: str,
+                      best_static: Sequence[int] | None = None) -> np.ndarray:
+    """The configurations the model-predictive controllers (`mpc`, whose docstring describes
+    them) and the switching rule (`switch_rule`) choose among, int32 (C, 5) grid indices: best
+    static first, its one-knob neighbourhood, the vLLM default; no duplicates. `best_static`
+    (5 indices) defaults to the task's stored one (data/grader_constants.json)."""
+    nvec = env.action_space(params).nvec
+    if best_static is None:
+        best_static = graders.load_constants(task_id)["best_static_action"]
+    best = np.asarray(best_static, np.int32)
+    rows = [best]
+    for knob, size in enumerate(nvec):
+        for value in range(int(size)):
+            row = best.copy()
+            row[knob] = value
+            rows.append(row)
+    default = np.where(np.asarray(params.active_knobs), np.asarray(indices_from_action(VLLM_DEFAULT)), 0)
+    rows.append(default.astype(np.int32))
+    _, first = np.unique(np.stack(rows), axis=0, return_index=True)
+    return np.stack(rows)[np.sort(first)].astype(np.int32)
 
 
 def baseline_policies(env: InferenceGymEnv, params: EnvParams, task_id: str) -> dict[str, Callable]:

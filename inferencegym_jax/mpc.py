@@ -52,9 +52,22 @@ with D = 10 the oracle gained more on the v1 tasks with a 10-s prefill start (3-
 task 2-v1, where bursts are short (README "Graders and baselines", scripts/mpc_gap.py
 --replan-every).
 
-Candidates (`candidate_actions`): the stored best static configuration, every value of each
+Candidates (`candidate_actions`, defined in `baselines`): the stored best static configuration, every value of each
 active knob with the others at the best static one (its one-knob neighbourhood, whole axes), and
 the vLLM default: 30-35 configurations on tasks 2-4.
+
+Rollout with a base policy (`base`, a `switch_rule.SwitchRule`): a rollout that holds its
+candidate for the whole horizon judges a prefill GPU turned on now as if it stayed on for 30 s,
+whatever the load does next. With a base policy each rollout holds its candidate for the
+`replan_every` intervals until the next plan and then lets the base policy decide, from its own
+memory carried along the rollout's arrivals, and following the base policy from now is an option
+too, which wins ties: the rollout algorithm (Bertsekas, Tsitsiklis and Wu, "Rollout algorithms
+for combinatorial optimization", Journal of Heuristics 3(3), 1997; for stochastic problems
+Bertsekas and Castanon, "Rollout algorithms for stochastic scheduling problems", Journal of
+Heuristics 5(1), 1999). With the episode's own future and a horizon to its end, it never does
+worse than its base policy (the choice made at t is an option again at t + 1: tests/test_mpc.py);
+on a forecast it improves on its base by what the forecast tells apart. A causal baseline if its
+base is causal (the switching rule is: selected on training keys, it sees only past arrivals).
 
 Episodes use `evaluate.run_episode`'s keys ((k_reset, k_env, k_plan) = split(key, 3), interval t
 steps with fold_in(k_env, t)), so episode i of `run_mpc_episodes(..., key, ...)` is paired with
@@ -64,14 +77,14 @@ episode i of `evaluate.run_episodes(..., key, ...)`: the same arrivals for every
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
-from inferencegym_jax import graders, trace_analogs, traffic_belief, workload
-from inferencegym_jax.actions import indices_from_action
+from inferencegym_jax import graders, switch_rule, trace_analogs, traffic_belief, workload
+from inferencegym_jax.baselines import candidate_actions  # defined there for switch_rule too; mpc's name stays
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
 
@@ -88,38 +101,56 @@ HORIZON = 30
 SAMPLES = 16
 
 
-def candidate_actions(env: InferenceGymEnv, params: EnvParams, task_id: str,
-                      best_static: Sequence[int] | None = None) -> np.ndarray:
-    """The module docstring's candidates, int32 (C, 5): best static first, no duplicates.
-    `best_static` (5 indices) defaults to the task's stored one (data/grader_constants.json)."""
-    from inferencegym_jax.baselines import VLLM_DEFAULT
+@struct.dataclass
+class Handover:
+    """Where a rollout hands over to the base policy (module docstring, "Rollout with a base policy").
 
-    nvec = env.action_space(params).nvec
-    if best_static is None:
-        best_static = graders.load_constants(task_id)["best_static_action"]
-    best = np.asarray(best_static, np.int32)
-    rows = [best]
-    for knob, size in enumerate(nvec):
-        for value in range(int(size)):
-            row = best.copy()
-            row[knob] = value
-            rows.append(row)
-    default = np.where(np.asarray(params.active_knobs), np.asarray(indices_from_action(VLLM_DEFAULT)), 0)
-    rows.append(default.astype(np.int32))
-    _, first = np.unique(np.stack(rows), axis=0, return_index=True)
-    return np.stack(rows)[np.sort(first)].astype(np.int32)
+    Attributes:
+      rule: the base policy, a switch_rule.SwitchRule.
+      memory: the rule's memory at the plan's interval (switch_rule.start_memory: float32
+        (window,) [tokens], bool ()).
+      t: int32 (), the plan's interval.
+      hold: int32 () [intervals], the rollout holds its candidate for its first `hold` intervals
+        and the rule decides from then on; 0: the base policy's own rollout.
+    """
+
+    rule: switch_rule.SwitchRule
+    memory: tuple[jax.Array, jax.Array]
+    t: jax.Array
+    hold: jax.Array
+
+
+def _rollout_action(action: jax.Array, handover: Handover | None, memory: tuple, h: jax.Array,
+                    dt_s: jax.Array) -> tuple[tuple, jax.Array]:
+    """(the rule's memory, int32 (5,) the configuration) for the rollout's interval h: `action`,
+    or from the handover on, the rule's choice. Without a handover the memory is ()."""
+    if handover is None:
+        return memory, action
+    memory, by_rule = switch_rule.decide(handover.rule, memory, handover.t + h, dt_s)
+    return memory, jnp.where(h >= handover.hold, by_rule, action)
+
+
+def _rollout_memory(handover: Handover | None, memory: tuple, h: jax.Array, info: dict) -> tuple:
+    """The rule's memory after the rollout's interval h, whose step returned `info`."""
+    return memory if handover is None else switch_rule.remember(handover.rule, memory, handover.t + h, info)
 
 
 def _window_reward(env: InferenceGymEnv, params: EnvParams, state: EnvState, action: jax.Array, keys: jax.Array, *,
-                   valid: jax.Array, past: dict, grader: str, is_open: jax.Array) -> jax.Array:
-    """Summed reward of holding `action` from `state` for len(keys) intervals, counting only the
-    intervals inside the episode (`valid`); float32. (`past`, `grader`, `is_open`: unused.)"""
+                   valid: jax.Array, past: dict, grader: str, is_open: jax.Array,
+                   handover: Handover | None = None) -> jax.Array:
+    """Summed reward of holding `action` from `state` for len(keys) intervals (or until the
+    `handover`), counting only the intervals inside the episode (`valid`); float32. (`past`,
+    `grader`, `is_open`: unused.)"""
 
-    def body(state, key):
-        _, state, reward, _, _, _ = env.step_env(key, state, action, params)
-        return state, reward
+    def body(carry, inputs):
+        state, memory = carry
+        key, h = inputs
+        memory, act = _rollout_action(action, handover, memory, h, params.server.dt_s)
+        _, state, reward, _, _, info = env.step_env(key, state, act, params)
+        return (state, _rollout_memory(handover, memory, h, info)), reward
 
-    _, rewards = jax.lax.scan(body, state, keys)
+    start = () if handover is None else handover.memory
+    _, rewards = jax.lax.scan(body, (state, start), (keys, jnp.arange(keys.shape[0])))
     return jnp.sum(valid * rewards)
 
 
@@ -135,18 +166,24 @@ def step_sums(info: dict, params: EnvParams, first: jax.Array) -> dict:
 
 
 def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, action: jax.Array, keys: jax.Array, *,
-                  valid: jax.Array, past: dict, grader: str, is_open: jax.Array) -> jax.Array:
+                  valid: jax.Array, past: dict, grader: str, is_open: jax.Array,
+                  handover: Handover | None = None) -> jax.Array:
     """The grader's value of the episode so far (`past` sums) plus holding `action` from `state`
-    for len(keys) intervals (those inside the episode, `valid`), with the backlog left at the
-    end counted as decided violations when the episode goes on (`is_open`); float32."""
+    for len(keys) intervals (or until the `handover`; those inside the episode, `valid`), with
+    the backlog left at the end counted as decided violations when the episode goes on
+    (`is_open`); float32."""
 
-    def body(state, inputs):
-        key, ok = inputs
-        _, nxt, _, _, _, info = env.step_env(key, state, action, params)
+    def body(carry, inputs):
+        state, memory = carry
+        key, ok, h = inputs
+        memory, act = _rollout_action(action, handover, memory, h, params.server.dt_s)
+        _, nxt, _, _, _, info = env.step_env(key, state, act, params)
         sums = step_sums(info, params, ~state.server.started)
-        return nxt, {k: ok * v for k, v in sums.items()}
+        return (nxt, _rollout_memory(handover, memory, h, info)), {k: ok * v for k, v in sums.items()}
 
-    end, window = jax.lax.scan(body, state, (keys, valid.astype(jnp.float32)))
+    start = () if handover is None else handover.memory
+    (end, _), window = jax.lax.scan(body, (state, start),
+                                    (keys, valid.astype(jnp.float32), jnp.arange(keys.shape[0])))
     total = {k: past[k] + jnp.sum(window[k]) for k in graders.SUM_FIELDS}
     server = end.server
     backlog = jnp.sum(server.queue.count)
@@ -254,6 +291,41 @@ def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: 
         (module docstring): "persistence" plans on one, "analogs" on `samples`.
       analog_window: [intervals] the load the analogs match (`trace_analogs.analog_starts`).
     """
+    score = _scorer(env, params, state, past, belief, t, k_env, k_plan, num_steps, horizon, samples, clairvoyant,
+                    grader, objective, trace_forecast, analog_window)
+    return candidates[jnp.argmax(jax.vmap(lambda action: score(action, None))(candidates))]
+
+
+def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, base: switch_rule.SwitchRule,
+                   base_memory: tuple[jax.Array, jax.Array], hold: int, state: EnvState, past: dict,
+                   belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
+                   num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
+                   objective: str = "grade", trace_forecast: str = "persistence",
+                   analog_window: int = trace_analogs.WINDOW) -> tuple[jax.Array, jax.Array]:
+    """The rollout controller's choice at interval t (module docstring, "Rollout with a base
+    policy"): (follow: bool (), the base policy's rollout scored best, so it decides the next
+    `hold` intervals; else action: int32 (5,), the row of `candidates` to hold for them, whose
+    rollout (held `hold` intervals, then the base policy) scored best). Ties go to the base.
+
+    Args:
+      base: the base policy; base_memory: its memory before interval t (switch_rule.start_memory,
+        switch_rule.remember). The other arguments are `plan`'s.
+    """
+    score = _scorer(env, params, state, past, belief, t, k_env, k_plan, num_steps, horizon, samples, clairvoyant,
+                    grader, objective, trace_forecast, analog_window)
+    actions = jnp.concatenate([candidates[:1], candidates])  # row 0: the base's own rollout (its action unused)
+    holds = jnp.full(actions.shape[0], hold, jnp.int32).at[0].set(0)
+    scores = jax.vmap(lambda action, h: score(action, Handover(base, base_memory, t, h)))(actions, holds)
+    best = jnp.argmax(scores)
+    return best == 0, actions[best]
+
+
+def _scorer(env: InferenceGymEnv, params: EnvParams, state: EnvState, past: dict,
+            belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
+            num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str, objective: str,
+            trace_forecast: str, analog_window: int):
+    """`plan`'s scoring: a function (action int32 (5,), handover: Handover | None) -> float32 (),
+    the objective's mean over the futures of the rollout from `state` at interval t."""
     ahead = jnp.arange(horizon)
     valid = (t + ahead) < num_steps
     analogs = None
@@ -267,40 +339,52 @@ def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: 
     score = functools.partial(OBJECTIVES[objective], env, params, valid=valid, past=past, grader=grader,
                               is_open=(t + horizon) < num_steps)
 
-    def mean_score(action):
+    def mean_score(action: jax.Array, handover: Handover | None) -> jax.Array:
         def one_future(keys, analog):
             state_h = _planning_state(state, params, keys, clairvoyant, num_steps, horizon, belief, analog)
-            return score(state_h, action, keys)
+            return score(state_h, action, keys, handover=handover)
 
         return jnp.mean(jax.vmap(one_future)(futures, analogs))
 
-    return candidates[jnp.argmax(jax.vmap(mean_score)(candidates))]
+    return mean_score
 
 
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
                     horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
                     objective: str = "grade", traffic_state: str = "belief", replan_every: int = 1,
-                    trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW) -> Trajectory:
+                    trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW,
+                    base: switch_rule.SwitchRule | None = None) -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's. It plans
-    at intervals t with t % replan_every == 0 and holds that choice until the next plan."""
+    at intervals t with t % replan_every == 0 and holds that choice until the next plan; with a
+    `base` policy, the choice is a candidate or the base policy (`plan_with_base`)."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
     use_belief = not clairvoyant and traffic_state == "belief"
+    args = (num_steps, horizon, samples, clairvoyant, grader, objective, trace_forecast, analog_window)
 
     def body(carry, t):
-        state, past, belief, held = carry
+        state, past, belief, held, memory = carry
+        belief_seen = belief if use_belief else None
         # t is the scan's (not vmapped) index, so the cond stays a branch under vmap: no plan is
         # computed in the intervals that hold.
-        action = jax.lax.cond(
-            t % replan_every == 0,
-            lambda: plan(env, params, candidates, state, past, belief if use_belief else None, t, k_env, k_plan,
-                         num_steps, horizon, samples, clairvoyant, grader, objective, trace_forecast, analog_window),
-            lambda: held)
+        if base is None:
+            held = jax.lax.cond(t % replan_every == 0, lambda: plan(env, params, candidates, state, past, belief_seen,
+                                                                    t, k_env, k_plan, *args), lambda: held)
+            action = held
+        else:
+            held = jax.lax.cond(t % replan_every == 0,
+                                lambda: plan_with_base(env, params, candidates, base, memory, replan_every, state,
+                                                       past, belief_seen, t, k_env, k_plan, *args), lambda: held)
+            memory, by_rule = switch_rule.decide(base, memory, t, params.server.dt_s)
+            action = jnp.where(held[0], by_rule, held[1])
         _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
         past, belief = advance(past, belief, state, info, t, params)
-        return (nxt, past, belief, action), interval_record(reward, info)
+        memory = memory if base is None else switch_rule.remember(base, memory, t, info)
+        return (nxt, past, belief, held, memory), interval_record(reward, info)
 
-    _, traj = jax.lax.scan(body, (state, *start_memory(params), candidates[0]), jnp.arange(num_steps))
+    held, memory = ((candidates[0], ()) if base is None
+                    else ((jnp.bool_(True), candidates[0]), switch_rule.start_memory(base)))
+    _, traj = jax.lax.scan(body, (state, *start_memory(params), held, memory), jnp.arange(num_steps))
     return traj
 
 
@@ -322,10 +406,10 @@ def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, i
                                              "objective", "traffic_state", "replan_every", "trace_forecast",
                                              "analog_window"))
 def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective,
-               traffic_state, replan_every, trace_forecast, analog_window):
+               traffic_state, replan_every, trace_forecast, analog_window, base):
     return jax.vmap(lambda k: run_mpc_episode(env, params, candidates, k, num_steps, horizon, samples,
                                               clairvoyant, grader, objective, traffic_state, replan_every,
-                                              trace_forecast, analog_window))(keys)
+                                              trace_forecast, analog_window, base))(keys)
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
@@ -333,7 +417,8 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
                      candidates: np.ndarray | None = None, batch_size: int = BATCH_MULTIPLE,
                      num_steps: int | None = None, objective: str = "grade",
                      traffic_state: str = "belief", replan_every: int = 1,
-                     trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW) -> Trajectory:
+                     trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW,
+                     base: switch_rule.SwitchRule | None = None) -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired
     with evaluate.run_episodes' episode i); batches of `batch_size` episodes per jitted call.
 
@@ -353,6 +438,9 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         recent past) or "analogs" (`samples`, at most trace_analogs.LOOKBACK, the stretches that
         followed a load like now's); module docstring.
       analog_window: [intervals] >= 1, the load over which analogs match now's (`trace_analogs`).
+      base: a base policy (module docstring, "Rollout with a base policy"): each rollout holds
+        its candidate `replan_every` intervals and then follows it, and following it is an
+        option too. None: the candidate is held the whole rollout.
     """
     if horizon < 1 or samples < 1 or num_episodes < 1 or batch_size < 1 or replan_every < 1:
         raise ValueError(f"horizon={horizon}, samples={samples}, num_episodes={num_episodes}, "
@@ -373,6 +461,6 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
 
     def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
         return _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
-                          grader, objective, traffic_state, replan_every, trace_forecast, analog_window)
+                          grader, objective, traffic_state, replan_every, trace_forecast, analog_window, base)
 
     return in_batches(run_batch, key, num_episodes, batch_size)

@@ -11,7 +11,7 @@ sees: the prompt tokens of the requests that arrived in the window, nothing of t
 `select` picks the rule's five numbers by exhaustive search on training keys, the way
 `baselines.search_static` picks the best static configuration: one of the two configurations
 is the task's best static one, the other one of the causal MPC's candidates
-(`mpc.candidate_actions`: the best static configuration itself, so that a rule that never
+(`baselines.candidate_actions`: the best static configuration itself, so that a rule that never
 switches competes, its one-knob neighbourhood and the vLLM default), served above the
 threshold (a configuration for peaks) or below it (one for lulls); the window one of WINDOWS,
 `on_rate` a quantile (ON_QUANTILES) of the windowed rate in the training episodes and
@@ -34,7 +34,8 @@ import numpy as np
 from flax import struct
 from jax.typing import ArrayLike
 
-from inferencegym_jax import evaluate, graders, mpc
+from inferencegym_jax import evaluate, graders
+from inferencegym_jax.baselines import candidate_actions
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
 from inferencegym_jax.evaluate import Trajectory, episode_keys, in_batches, interval_record
 
@@ -187,7 +188,7 @@ def select(env: InferenceGymEnv, params: EnvParams, task_id: str, num_episodes: 
                          f"on_quantiles={on_quantiles}")
     key = jax.random.fold_in(evaluate.training_key(seed), SELECTION_STREAM)
     best = np.asarray(graders.load_constants(task_id)["best_static_action"], np.int32)
-    others = mpc.candidate_actions(env, params, task_id)  # `best` among them: a rule that never switches
+    others = candidate_actions(env, params, task_id)  # `best` among them: a rule that never switches
     pairs = [(best, other) for other in others] + [(other, best) for other in others
                                                     if not np.array_equal(other, best)]
     tokens = offered_prompt_tokens(env, params, key, num_episodes, num_steps)

@@ -12,6 +12,8 @@ held-out episodes.
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
     python scripts/mpc_gap.py --version 1 --task 4 --rule-episodes 128 --no-mpc   # the switching rule only
     python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --samples 64 --trace-forecast analogs  # README
+    python scripts/mpc_gap.py --version 1 --task 3 --task 4 --rule-episodes 128 --rollout --replan-every 1 \
+        --samples 16 --trace-forecast analogs --no-mpc      # the causal MPC with the rule as its base policy
     # task 2-v1 planned on v0's reward:
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
@@ -75,7 +77,7 @@ def behaviour(traj: evaluate.Trajectory, graded: evaluate.EvalResult, static_act
 def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int, objective: str,
               overrides: dict, true_traffic_state: bool = False, replan_every: int = 1, refine_block: int = 0,
               refine_passes: int = 1, causal: bool = True, rule_episodes: int = 0, mpc_rows: bool = True,
-              trace_forecast: str = "persistence") -> list[dict]:
+              trace_forecast: str = "persistence", rollout: bool = False) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
@@ -108,6 +110,17 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
         rule, _ = switch_rule.select(env, params, task_id, num_episodes=rule_episodes)
         traj = switch_rule.run_rule_episodes(env, params, rule, key, episodes)
         rows.append({**row("switch_rule (causal)", traj, time.perf_counter() - t0), "rule": rule.describe()})
+        if rollout:  # the rule as the base policy of the causal MPC, choosing between its two configurations
+            by_rule = evaluate.grade_trajectory(traj, params, task_id).scores
+            t0 = time.perf_counter()
+            traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, horizon=horizon,
+                                        samples=samples, objective=objective, replan_every=replan_every,
+                                        trace_forecast=trace_forecast, base=rule,
+                                        candidates=np.stack([rule.low, rule.high]))
+            new = row("mpc (causal, rollout on the switching rule)", traj, time.perf_counter() - t0)
+            over_rule = evaluate.grade_trajectory(traj, params, task_id).scores - by_rule
+            rows.append({**new, "over_rule": float(np.mean(over_rule)),
+                         "over_rule_ci95": evaluate.confidence_interval_95(over_rule)})
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
         traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
@@ -152,15 +165,21 @@ def main() -> None:
     parser.add_argument("--rule-episodes", type=int, default=0,
                         help="also the switching rule (inferencegym_jax.switch_rule), selected on this many "
                              "training episodes; 0: not")
+    parser.add_argument("--rollout", action="store_true",
+                        help="with --rule-episodes: also the causal MPC with the rule as its base policy, its "
+                             "candidates the rule's two configurations (inferencegym_jax.mpc, 'Rollout with a base "
+                             "policy'), planning as --horizon, --samples, --replan-every, --trace-forecast say")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.rollout and not args.rule_episodes:
+        parser.error("--rollout needs --rule-episodes (the base policy is the rule selected on them)")
     overrides = task_overrides(args.task_set)
     rows = []
     for number in args.task or [1, 2, 3, 4]:
         task_id = f"InferenceGym-Task{number}-v{args.version}"
         new = task_rows(task_id, args.episodes, args.seed, args.horizon, args.samples, args.objective, overrides,
                         args.true_traffic_state, args.replan_every, args.refine_block, args.refine_passes,
-                        not args.no_causal, args.rule_episodes, not args.no_mpc, args.trace_forecast)
+                        not args.no_causal, args.rule_episodes, not args.no_mpc, args.trace_forecast, args.rollout)
         for row in new:
             print(json.dumps(row), flush=True)
         rows += new
@@ -169,7 +188,8 @@ def main() -> None:
           + ("as many analogs" if args.trace_forecast == "analogs" else "one, the recent past")
           + " on a replayed trace), "
           f"a plan every {args.replan_every} interval(s), "
-          + (f"the switching rule selected on {args.rule_episodes} training episodes, " if args.rule_episodes else "")
+          + (f"the switching rule selected on {args.rule_episodes} training episodes"
+             + (" (and the base policy of the rollout MPC), " if args.rollout else ", ") if args.rule_episodes else "")
           + (f"the oracle refined in blocks of {args.refine_block} ({args.refine_passes} pass(es)), "
              if args.refine_block else "")
           + f"objective {args.objective}"
@@ -190,6 +210,7 @@ def main() -> None:
         payload = {"episodes": args.episodes, "seed": args.seed, "horizon": args.horizon, "samples": args.samples,
                    "replan_every": args.replan_every, "refine_block": args.refine_block,
                    "refine_passes": args.refine_passes, "rule_episodes": args.rule_episodes,
+                   "rollout": args.rollout,
                    "objective": args.objective, "trace_forecast": args.trace_forecast,
                    "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}

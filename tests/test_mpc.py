@@ -195,7 +195,8 @@ def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
 
 @pytest.mark.slow
 def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
-    """`--rule-episodes N --no-mpc`: best_static and the switching rule's row, which names the rule."""
+    """`--rule-episodes N --no-mpc`: best_static and the switching rule's row, which names the rule;
+    with `--rollout`, the rollout MPC on that rule too."""
     import json
     import subprocess
     import sys
@@ -204,9 +205,41 @@ def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
     script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
     out = tmp_path / "rule.json"
     subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--rule-episodes", "2",
-                    "--no-mpc", "--json", str(out)], capture_output=True, text=True, check=True, cwd=tmp_path)
-    rows = json.loads(out.read_text())["rows"]
-    assert [r["policy"] for r in rows] == ["best_static", "switch_rule (causal)"]
+                    "--no-mpc", "--rollout", "--samples", "2", "--horizon", "3", "--json", str(out)],
+                   capture_output=True, text=True, check=True, cwd=tmp_path)
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert payload["rollout"] and [r["policy"] for r in rows] == [
+        "best_static", "switch_rule (causal)", "mpc (causal, rollout on the switching rule)"]
+    rule = rows[1]["rule"]
+    fixed = [knob for i, knob in enumerate(KNOBS) if rule["low"][i] == rule["high"][i]]
+    assert all(rows[2][f"off_static_{knob}"] == 0.0 for knob in fixed)  # it serves the rule's configurations
+    assert rows[2]["over_rule"] == pytest.approx(rows[2]["gain"] - rows[1]["gain"], abs=1e-5)
     rule = rows[1]["rule"]
     assert list(graders.load_constants("InferenceGym-Task2-v0")["best_static_action"]) in (rule["low"], rule["high"])
     assert rule["window"] in switch_rule.WINDOWS and 0.0 <= rule["off_rate"] <= rule["on_rate"]
+
+
+@pytest.mark.slow
+def test_a_rollout_controller_that_sees_the_future_never_does_worse_than_its_base_policy():
+    """The rollout algorithm's improvement (mpc docstring): with the episode's own future and a
+    horizon to its end, every episode's grade (the planner's objective) is at least its base
+    rule's; with a poor base (batch size 1 above a low load) it is far better on some."""
+    env_id = "InferenceGym-Task3-v1"
+    env, params = ig.make(env_id)
+    key = evaluate.evaluation_key(3)
+    cands = mpc.candidate_actions(env, params, env_id)
+    bad = cands[[i for i, c in enumerate(cands) if c[2] == 0][0]]  # batch size 1
+    tokens = switch_rule.offered_prompt_tokens(env, params, key, 8, STEPS)
+    rates = switch_rule.windowed_rates(tokens, 2, float(params.server.dt_s))
+    rule = switch_rule.make_rule(cands[0], bad, float(np.quantile(rates, 0.3)), float(np.quantile(rates, 0.2)), 2)
+    grader = graders.grader_name(env_id)
+
+    def grades(traj):
+        return np.asarray(graders.grade_episodes(traj, params, grader, 0.0, 1.0, 0.0, 1.0).score)
+
+    base = grades(switch_rule.run_rule_episodes(env, params, rule, key, 8, num_steps=STEPS))
+    rollout = grades(mpc.run_mpc_episodes(env, params, env_id, key, 8, clairvoyant=True, horizon=STEPS,
+                                          num_steps=STEPS, candidates=np.stack([cands[0], bad]), base=rule))
+    assert np.all(rollout >= base - 1e-5)
+    assert np.max(rollout - base) > 0.01

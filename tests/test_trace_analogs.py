@@ -117,7 +117,8 @@ def test_the_analog_mpc_is_refused_bad_forecasts(task):
 @pytest.mark.slow
 def test_the_scripts_name_the_analog_forecast_they_ran(tmp_path):
     """scripts/mpc_gap.py --trace-forecast analogs (the README's analog row) and
-    scripts/trace_forecast_sweep.py (how its numbers were chosen) write the rows they print."""
+    scripts/trace_forecast_sweep.py (how its numbers were chosen, the rollout MPC's too) write the
+    rows they print."""
     import json
     import subprocess
     import sys
@@ -141,3 +142,12 @@ def test_the_scripts_name_the_analog_forecast_they_ran(tmp_path):
                                                                                  ("persistence", 1, 1)]
     for r in rows:
         assert f"{r['gain']:+.3f} ± {r['gain_ci95']:.3f}" in printed and 0.0 <= r["stability"] <= 1.0
+    rollout = tmp_path / "rollout.json"  # the rollout MPC's sweep, on a short task: its first point
+    printed = subprocess.run([sys.executable, str(scripts / "trace_forecast_sweep.py"), "--task", "2", "--rollout",
+                              "--episodes", "1", "--rule-episodes", "1", "--points", "1", "--json", str(rollout)],
+                             capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    payload = json.loads(rollout.read_text())
+    assert payload["rule_episodes"] == 1 and set(payload["rule"]) == {"low", "high", "on_rate", "off_rate", "window"}
+    (r,) = payload["rows"]
+    assert (r["candidates"], r["futures"], r["replan_every"]) == ("rule", 16, 1)
+    assert f"{r['over_rule']:+.4f} ± {r['over_rule_ci95']:.4f}" in printed
