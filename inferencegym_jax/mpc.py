@@ -77,6 +77,7 @@ episode i of `evaluate.run_episodes(..., key, ...)`: the same arrivals for every
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -323,7 +324,7 @@ def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arra
 def _scorer(env: InferenceGymEnv, params: EnvParams, state: EnvState, past: dict,
             belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
             num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str, objective: str,
-            trace_forecast: str, analog_window: int):
+            trace_forecast: str, analog_window: int) -> Callable[[jax.Array, Handover | None], jax.Array]:
     """`plan`'s scoring: a function (action int32 (5,), handover: Handover | None) -> float32 (),
     the objective's mean over the futures of the rollout from `state` at interval t."""
     ahead = jnp.arange(horizon)
