@@ -97,8 +97,9 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     if causal and true_traffic_state and not is_trace:
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
 
-    def row(name: str, traj: evaluate.Trajectory, seconds: float) -> dict:
-        graded = evaluate.grade_trajectory(traj, params, task_id)
+    def row(name: str, traj: evaluate.Trajectory, seconds: float,
+            graded: evaluate.EvalResult | None = None) -> dict:
+        graded = evaluate.grade_trajectory(traj, params, task_id) if graded is None else graded
         scores = graded.scores
         return {"task": task_id, "policy": name, "score": float(np.mean(scores)),
                 "ci95": evaluate.confidence_interval_95(scores), "gain": float(np.mean(scores - static)),
@@ -109,17 +110,20 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
         t0 = time.perf_counter()
         rule, _ = switch_rule.select(env, params, task_id, num_episodes=rule_episodes)
         traj = switch_rule.run_rule_episodes(env, params, rule, key, episodes)
-        rows.append({**row("switch_rule (causal)", traj, time.perf_counter() - t0), "rule": rule.describe()})
+        seconds = time.perf_counter() - t0
+        by_rule = evaluate.grade_trajectory(traj, params, task_id)
+        rows.append({**row("switch_rule (causal)", traj, seconds, by_rule), "rule": rule.describe()})
         if rollout:  # the rule as the base policy of the causal MPC, choosing between its two configurations
-            by_rule = evaluate.grade_trajectory(traj, params, task_id).scores
             t0 = time.perf_counter()
             traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, horizon=horizon,
                                         samples=samples, objective=objective, replan_every=replan_every,
                                         trace_forecast=trace_forecast, base=rule,
                                         candidates=np.stack([rule.low, rule.high]))
-            new = row("mpc (causal, rollout on the switching rule)", traj, time.perf_counter() - t0)
-            over_rule = evaluate.grade_trajectory(traj, params, task_id).scores - by_rule
-            rows.append({**new, "over_rule": float(np.mean(over_rule)),
+            seconds = time.perf_counter() - t0
+            graded = evaluate.grade_trajectory(traj, params, task_id)
+            over_rule = graded.scores - by_rule.scores
+            rows.append({**row("mpc (causal, rollout on the switching rule)", traj, seconds, graded),
+                         "over_rule": float(np.mean(over_rule)),
                          "over_rule_ci95": evaluate.confidence_interval_95(over_rule)})
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()

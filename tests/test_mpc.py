@@ -215,7 +215,6 @@ def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
     fixed = [knob for i, knob in enumerate(KNOBS) if rule["low"][i] == rule["high"][i]]
     assert all(rows[2][f"off_static_{knob}"] == 0.0 for knob in fixed)  # it serves the rule's configurations
     assert rows[2]["over_rule"] == pytest.approx(rows[2]["gain"] - rows[1]["gain"], abs=1e-5)
-    rule = rows[1]["rule"]
     assert list(graders.load_constants("InferenceGym-Task2-v0")["best_static_action"]) in (rule["low"], rule["high"])
     assert rule["window"] in switch_rule.WINDOWS and 0.0 <= rule["off_rate"] <= rule["on_rate"]
 
