@@ -69,6 +69,14 @@ worse than its base policy (the choice made at t is an option again at t + 1: te
 on a forecast it improves on its base by what the forecast tells apart. A causal baseline if its
 base is causal (the switching rule is: selected on training keys, it sees only past arrivals).
 
+A margin before leaving the base (`margin` = z): with many candidates and a few sampled futures
+the best mean is often a false winner, a candidate whose rollouts beat the base's by the luck of
+these futures (the winner's curse: the maximum of noisy estimates is biased up). With z > 0 a
+candidate replaces the base only where its gain over the base, paired future by future, has a
+mean above z standard errors (a one-sided test at the plan; the base's own choice needs no test).
+A gain the same on every future (no spread: near the episode's end, where the futures' arrivals
+no longer count) is certain and clears any margin.
+
 Episodes use `evaluate.run_episode`'s keys ((k_reset, k_env, k_plan) = split(key, 3), interval t
 steps with fold_in(k_env, t)), so episode i of `run_mpc_episodes(..., key, ...)` is paired with
 episode i of `evaluate.run_episodes(..., key, ...)`: the same arrivals for every policy.
@@ -294,7 +302,7 @@ def plan(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, state: 
     """
     score = _scorer(env, params, state, past, belief, t, k_env, k_plan, num_steps, horizon, samples, clairvoyant,
                     grader, objective, trace_forecast, analog_window)
-    return candidates[jnp.argmax(jax.vmap(lambda action: score(action, None))(candidates))]
+    return candidates[jnp.argmax(jax.vmap(lambda action: jnp.mean(score(action, None)))(candidates))]
 
 
 def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, base: switch_rule.SwitchRule,
@@ -302,7 +310,7 @@ def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arra
                    belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
                    num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
                    objective: str = "grade", trace_forecast: str = "persistence",
-                   analog_window: int = trace_analogs.WINDOW) -> tuple[jax.Array, jax.Array]:
+                   analog_window: int = trace_analogs.WINDOW, margin: float = 0.0) -> tuple[jax.Array, jax.Array]:
     """The rollout controller's choice at interval t (module docstring, "Rollout with a base
     policy"): (follow: bool (), the base policy's rollout scored best, so it decides the next
     `hold` intervals; else action: int32 (5,), the row of `candidates` to hold for them, whose
@@ -311,12 +319,23 @@ def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arra
     Args:
       base: the base policy; base_memory: its memory before interval t (switch_rule.start_memory,
         switch_rule.remember). The other arguments are `plan`'s.
+      margin: [standard errors] >= 0. With margin > 0 a candidate may replace the base only if
+        its mean gain over the base's rollout on the same futures exceeds `margin` standard errors
+        of that paired gain (module docstring, "A margin before leaving the base"); 0: the best
+        mean wins.
     """
     score = _scorer(env, params, state, past, belief, t, k_env, k_plan, num_steps, horizon, samples, clairvoyant,
                     grader, objective, trace_forecast, analog_window)
     actions = jnp.concatenate([candidates[:1], candidates])  # row 0: the base's own rollout (its action unused)
     holds = jnp.full(actions.shape[0], hold, jnp.int32).at[0].set(0)
-    scores = jax.vmap(lambda action, h: score(action, Handover(base, base_memory, t, h)))(actions, holds)
+    if margin == 0.0:  # margin is static
+        scores = jax.vmap(lambda action, h: jnp.mean(score(action, Handover(base, base_memory, t, h))))(actions, holds)
+    else:
+        per_future = jax.vmap(lambda action, h: score(action, Handover(base, base_memory, t, h)))(actions, holds)
+        gain = per_future - per_future[:1]  # (options, futures), paired with the base's rollout
+        mean = jnp.mean(gain, axis=1)
+        standard_error = jnp.std(gain, axis=1, ddof=1) / np.sqrt(gain.shape[1])
+        scores = jnp.where(mean > margin * standard_error, mean, 0.0)  # the base's row is 0: none clears, it wins
     best = jnp.argmax(scores)
     return best == 0, actions[best]
 
@@ -325,8 +344,8 @@ def _scorer(env: InferenceGymEnv, params: EnvParams, state: EnvState, past: dict
             belief: traffic_belief.TrafficBelief | None, t: jax.Array, k_env: jax.Array, k_plan: jax.Array,
             num_steps: int, horizon: int, samples: int, clairvoyant: bool, grader: str, objective: str,
             trace_forecast: str, analog_window: int) -> Callable[[jax.Array, Handover | None], jax.Array]:
-    """`plan`'s scoring: a function (action int32 (5,), handover: Handover | None) -> float32 (),
-    the objective's mean over the futures of the rollout from `state` at interval t."""
+    """`plan`'s scoring: a function (action int32 (5,), handover: Handover | None) -> float32
+    (futures,), the objective of the rollout from `state` at interval t on each future."""
     ahead = jnp.arange(horizon)
     valid = (t + ahead) < num_steps
     analogs = None
@@ -340,24 +359,24 @@ def _scorer(env: InferenceGymEnv, params: EnvParams, state: EnvState, past: dict
     score = functools.partial(OBJECTIVES[objective], env, params, valid=valid, past=past, grader=grader,
                               is_open=(t + horizon) < num_steps)
 
-    def mean_score(action: jax.Array, handover: Handover | None) -> jax.Array:
+    def future_scores(action: jax.Array, handover: Handover | None) -> jax.Array:
         def one_future(keys, analog):
             state_h = _planning_state(state, params, keys, clairvoyant, num_steps, horizon, belief, analog)
             return score(state_h, action, keys, handover=handover)
 
-        return jnp.mean(jax.vmap(one_future)(futures, analogs))
+        return jax.vmap(one_future)(futures, analogs)
 
-    return mean_score
+    return future_scores
 
 
 def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Array, key: jax.Array, num_steps: int,
                     horizon: int, samples: int, clairvoyant: bool, grader: str = "throughput",
                     objective: str = "grade", traffic_state: str = "belief", replan_every: int = 1,
                     trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW,
-                    base: switch_rule.SwitchRule | None = None) -> Trajectory:
+                    base: switch_rule.SwitchRule | None = None, margin: float = 0.0) -> Trajectory:
     """One episode of the controller (module docstring); a Trajectory like run_episode's. It plans
     at intervals t with t % replan_every == 0 and holds that choice until the next plan; with a
-    `base` policy, the choice is a candidate or the base policy (`plan_with_base`)."""
+    `base` policy, the choice is a candidate or the base policy (`plan_with_base`, its `margin`)."""
     k_reset, k_env, k_plan = jax.random.split(key, 3)
     _, state = env.reset_env(k_reset, params)
     use_belief = not clairvoyant and traffic_state == "belief"
@@ -375,7 +394,8 @@ def run_mpc_episode(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
         else:
             held = jax.lax.cond(t % replan_every == 0,
                                 lambda: plan_with_base(env, params, candidates, base, memory, replan_every, state,
-                                                       past, belief_seen, t, k_env, k_plan, *args), lambda: held)
+                                                       past, belief_seen, t, k_env, k_plan, *args, margin),
+                                lambda: held)
             memory, by_rule = switch_rule.decide(base, memory, t, params.server.dt_s)
             action = jnp.where(held[0], by_rule, held[1])
         _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
@@ -405,12 +425,12 @@ def advance(past: dict, belief: traffic_belief.TrafficBelief, state: EnvState, i
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps", "horizon", "samples", "clairvoyant", "grader",
                                              "objective", "traffic_state", "replan_every", "trace_forecast",
-                                             "analog_window"))
+                                             "analog_window", "margin"))
 def _run_batch(env, params, candidates, keys, num_steps, horizon, samples, clairvoyant, grader, objective,
-               traffic_state, replan_every, trace_forecast, analog_window, base):
+               traffic_state, replan_every, trace_forecast, analog_window, base, margin):
     return jax.vmap(lambda k: run_mpc_episode(env, params, candidates, k, num_steps, horizon, samples,
                                               clairvoyant, grader, objective, traffic_state, replan_every,
-                                              trace_forecast, analog_window, base))(keys)
+                                              trace_forecast, analog_window, base, margin))(keys)
 
 
 def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key: jax.Array, num_episodes: int, *,
@@ -419,7 +439,7 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
                      num_steps: int | None = None, objective: str = "grade",
                      traffic_state: str = "belief", replan_every: int = 1,
                      trace_forecast: str = "persistence", analog_window: int = trace_analogs.WINDOW,
-                     base: switch_rule.SwitchRule | None = None) -> Trajectory:
+                     base: switch_rule.SwitchRule | None = None, margin: float = 0.0) -> Trajectory:
     """Episodes 0 .. num_episodes-1 of the controller, episode i from fold_in(key, i) (paired
     with evaluate.run_episodes' episode i); batches of `batch_size` episodes per jitted call.
 
@@ -442,6 +462,9 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
       base: a base policy (module docstring, "Rollout with a base policy"): each rollout holds
         its candidate `replan_every` intervals and then follows it, and following it is an
         option too. None: the candidate is held the whole rollout.
+      margin: [standard errors] >= 0, with a base policy and two or more sampled futures: how
+        far a candidate's mean gain over the base must clear its standard error to be chosen
+        (module docstring, "A margin before leaving the base"); 0: the best mean wins.
     """
     if horizon < 1 or samples < 1 or num_episodes < 1 or batch_size < 1 or replan_every < 1:
         raise ValueError(f"horizon={horizon}, samples={samples}, num_episodes={num_episodes}, "
@@ -456,12 +479,17 @@ def run_mpc_episodes(env: InferenceGymEnv, params: EnvParams, task_id: str, key:
         raise ValueError(f"analog_window={analog_window}: must be >= 1 [intervals]")
     if trace_forecast == "analogs" and samples > trace_analogs.LOOKBACK:
         raise ValueError(f"samples={samples}: at most {trace_analogs.LOOKBACK} analogs (trace_analogs.LOOKBACK)")
+    one_future = clairvoyant or (params.workload.schedule == "trace" and trace_forecast == "persistence")
+    if not 0 <= margin < np.inf or (margin > 0 and (base is None or one_future or samples < 2)):
+        raise ValueError(f"margin={margin}: must be finite and >= 0, and 0 without a base policy or with fewer "
+                         "than two sampled futures (clairvoyant, a trace's persistence forecast, samples < 2)")
     num_steps = int(num_steps or int(params.max_steps_in_episode))
     cands = jnp.asarray(candidate_actions(env, params, task_id) if candidates is None else candidates, jnp.int32)
     grader = graders.grader_name(task_id)
 
     def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
         return _run_batch(env, params, cands, keys, num_steps, horizon, 1 if clairvoyant else samples, clairvoyant,
-                          grader, objective, traffic_state, replan_every, trace_forecast, analog_window, base)
+                          grader, objective, traffic_state, replan_every, trace_forecast, analog_window, base,
+                          float(margin))
 
     return in_batches(run_batch, key, num_episodes, batch_size)

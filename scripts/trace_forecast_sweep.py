@@ -42,20 +42,26 @@ POINTS = (
     ("analogs", 64, 30, 30),
     ("analogs", 16, 30, 1),
 )
-# --rollout: (candidates, forecast, futures, plan every [intervals], horizon [intervals]), each
-# rollout holding its candidate until the next plan, then the rule (mpc, "Rollout with a base
-# policy"); candidates "rule": the rule's two configurations, "all": mpc.candidate_actions. The
-# analog window is trace_analogs.WINDOW. The chosen point first.
+# --rollout: (candidates, forecast, futures, plan every [intervals], horizon [intervals], margin
+# [standard errors]), each rollout holding its candidate until the next plan, then the rule (mpc,
+# "Rollout with a base policy"); candidates "rule": the rule's two configurations, "all":
+# mpc.candidate_actions; a candidate replaces the rule only with a paired gain over it above
+# `margin` standard errors (mpc, "A margin before leaving the base"). The analog window is
+# trace_analogs.WINDOW. The chosen point first.
 ROLLOUT_POINTS = (
-    ("rule", "analogs", 16, 1, 30),
-    ("rule", "analogs", 64, 1, 30),
-    ("rule", "analogs", 16, 1, 60),
-    ("rule", "persistence", 1, 1, 30),
-    ("rule", "analogs", 64, 10, 30),
-    ("all", "analogs", 64, 10, 30),
-    ("all", "analogs", 16, 5, 30),
-    ("all", "analogs", 32, 10, 60),
-    ("all", "persistence", 1, 10, 30),
+    ("rule", "analogs", 16, 1, 30, 0.0),
+    ("rule", "analogs", 64, 1, 30, 0.0),
+    ("rule", "analogs", 16, 1, 60, 0.0),
+    ("rule", "persistence", 1, 1, 30, 0.0),
+    ("rule", "analogs", 64, 10, 30, 0.0),
+    ("all", "analogs", 64, 10, 30, 0.0),
+    ("all", "analogs", 16, 5, 30, 0.0),
+    ("all", "analogs", 32, 10, 60, 0.0),
+    ("all", "persistence", 1, 10, 30, 0.0),
+    ("all", "analogs", 64, 10, 30, 1.0),
+    ("all", "analogs", 64, 10, 30, 2.0),
+    ("all", "analogs", 32, 5, 30, 2.0),
+    ("rule", "analogs", 16, 1, 30, 1.0),
 )
 
 
@@ -69,6 +75,7 @@ def main() -> None:
     parser.add_argument("--rule-episodes", type=int, default=128,
                         help="with --rollout: the episodes the base rule is selected on")
     parser.add_argument("--points", type=int, default=None, help="the first N points of the sweep")
+    parser.add_argument("--skip", type=int, default=0, help="leave out the sweep's first N points")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     task_id = f"InferenceGym-Task{args.task}-v{args.version}"
@@ -86,21 +93,22 @@ def main() -> None:
         payload.update(rule=rule.describe(), rule_episodes=args.rule_episodes, rule_gain=float(np.mean(rule_gain)),
                        rule_gain_ci95=evaluate.confidence_interval_95(rule_gain))
         rows = [rollout_row(env, params, task_id, key, args.episodes, static, rule, by_rule, *point)
-                for point in ROLLOUT_POINTS[:args.points]]
+                for point in ROLLOUT_POINTS[args.skip:args.points]]
     else:
         payload["horizon"] = mpc.HORIZON
         rows = [forecast_row(env, params, task_id, key, args.episodes, static, *point)
-                for point in POINTS[:args.points]]
+                for point in POINTS[args.skip:args.points]]
     print(f"\n{task_id}, {args.episodes} training episodes (switch_rule.SELECTION_STREAM, seed {args.seed}); "
           "gains paired with best_static\n")
     if args.rollout:
         print(f"base: the switching rule {payload['rule']}, selected on {args.rule_episodes} of them, gain "
               f"{payload['rule_gain']:+.3f} ± {payload['rule_gain_ci95']:.3f}\n")
-        print("| candidates | forecast | futures | plan every | horizon | gain (95% CI) | over the rule | stability "
-              "| wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("| candidates | forecast | futures | plan every | horizon | margin | gain (95% CI) | over the rule "
+              "| stability | wall s |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             print(f"| {r['candidates']} | {r['forecast']} | {r['futures']} | {r['replan_every']} | {r['horizon']} | "
-                  f"{r['gain']:+.3f} ± {r['gain_ci95']:.3f} | {r['over_rule']:+.4f} ± {r['over_rule_ci95']:.4f} | "
+                  f"{r['margin']:g} | {r['gain']:+.3f} ± {r['gain_ci95']:.3f} | "
+                  f"{r['over_rule']:+.4f} ± {r['over_rule_ci95']:.4f} | "
                   f"{shown(r['stability'])} | {r['seconds']:.0f} |")
     else:
         print(f"horizon {mpc.HORIZON}\n\n| forecast | futures | window | plan every | gain (95% CI) | stability | "
@@ -140,17 +148,18 @@ def forecast_row(env, params, task_id: str, key: jax.Array, episodes: int, stati
 
 def rollout_row(env, params, task_id: str, key: jax.Array, episodes: int, static: np.ndarray,
                 rule: switch_rule.SwitchRule, by_rule: np.ndarray, candidates: str, forecast: str, samples: int,
-                every: int, horizon: int) -> dict:
+                every: int, horizon: int, margin: float) -> dict:
     """One point of ROLLOUT_POINTS: the rollout MPC's gain over `static` and over the rule (`by_rule`)."""
     t0 = time.perf_counter()
     actions = np.stack([rule.low, rule.high]) if candidates == "rule" else mpc.candidate_actions(env, params, task_id)
     traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, horizon=horizon,
                                 samples=samples, replan_every=every, trace_forecast=forecast, base=rule,
-                                candidates=actions)
+                                candidates=actions, margin=margin)
     graded = evaluate.grade_trajectory(traj, params, task_id)
     gain, over_rule = graded.scores - static, graded.scores - by_rule
     row = {"candidates": candidates, "forecast": forecast, "futures": samples, "replan_every": every,
-           "horizon": horizon, "gain": float(np.mean(gain)), "gain_ci95": evaluate.confidence_interval_95(gain),
+           "horizon": horizon, "margin": margin, "gain": float(np.mean(gain)),
+           "gain_ci95": evaluate.confidence_interval_95(gain),
            "over_rule": float(np.mean(over_rule)), "over_rule_ci95": evaluate.confidence_interval_95(over_rule),
            "stability": stability(graded), "seconds": time.perf_counter() - t0}
     print(json.dumps(row), flush=True)

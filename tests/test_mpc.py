@@ -219,6 +219,16 @@ def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
     assert rule["window"] in switch_rule.WINDOWS and 0.0 <= rule["off_rate"] <= rule["on_rate"]
 
 
+def poor_rule(env, params, env_id: str, key, episodes: int) -> switch_rule.SwitchRule:
+    """A poor base policy: the best static configuration, and batch size 1 above the 30 % quantile
+    of the prompt-token rate over 2 intervals of these episodes (back below the 20 % quantile)."""
+    cands = mpc.candidate_actions(env, params, env_id)
+    bad = cands[[i for i, c in enumerate(cands) if c[2] == 0][0]]  # batch size 1
+    tokens = switch_rule.offered_prompt_tokens(env, params, key, episodes, STEPS)
+    rates = switch_rule.windowed_rates(tokens, 2, float(params.server.dt_s))
+    return switch_rule.make_rule(cands[0], bad, float(np.quantile(rates, 0.3)), float(np.quantile(rates, 0.2)), 2)
+
+
 @pytest.mark.slow
 def test_a_rollout_controller_that_sees_the_future_never_does_worse_than_its_base_policy():
     """The rollout algorithm's improvement (mpc docstring): with the episode's own future and a
@@ -227,11 +237,7 @@ def test_a_rollout_controller_that_sees_the_future_never_does_worse_than_its_bas
     env_id = "InferenceGym-Task3-v1"
     env, params = ig.make(env_id)
     key = evaluate.evaluation_key(3)
-    cands = mpc.candidate_actions(env, params, env_id)
-    bad = cands[[i for i, c in enumerate(cands) if c[2] == 0][0]]  # batch size 1
-    tokens = switch_rule.offered_prompt_tokens(env, params, key, 8, STEPS)
-    rates = switch_rule.windowed_rates(tokens, 2, float(params.server.dt_s))
-    rule = switch_rule.make_rule(cands[0], bad, float(np.quantile(rates, 0.3)), float(np.quantile(rates, 0.2)), 2)
+    rule = poor_rule(env, params, env_id, key, 8)
     grader = graders.grader_name(env_id)
 
     def grades(traj):
@@ -239,6 +245,40 @@ def test_a_rollout_controller_that_sees_the_future_never_does_worse_than_its_bas
 
     base = grades(switch_rule.run_rule_episodes(env, params, rule, key, 8, num_steps=STEPS))
     rollout = grades(mpc.run_mpc_episodes(env, params, env_id, key, 8, clairvoyant=True, horizon=STEPS,
-                                          num_steps=STEPS, candidates=np.stack([cands[0], bad]), base=rule))
+                                          num_steps=STEPS, candidates=np.stack([rule.low, rule.high]), base=rule))
     assert np.all(rollout >= base - 1e-5)
     assert np.max(rollout - base) > 0.01
+
+
+@pytest.mark.slow
+def test_an_unreachable_margin_leaves_the_base_policy_in_charge(task):
+    """mpc, "A margin before leaving the base": while the futures differ no candidate clears a
+    margin of 1e9 standard errors, so the controller plays its base rule's own episodes; with no
+    margin a poor base (batch size 1 above a low load) is left somewhere. (In the last intervals,
+    where a rollout's arrivals no longer count, a gain can be the same on every future: certain,
+    it clears any margin.)"""
+    env, params = task
+    key = evaluate.evaluation_key(6)
+    rule = poor_rule(env, params, TASK, key, 4)
+    ruled = switch_rule.run_rule_episodes(env, params, rule, key, 4, num_steps=STEPS)
+    run = functools.partial(mpc.run_mpc_episodes, env, params, TASK, key, 4, clairvoyant=False, horizon=HORIZON,
+                            samples=4, num_steps=STEPS, base=rule)
+    inside = STEPS - HORIZON  # the intervals whose rollouts end before the episode does
+    held = jax.tree_util.tree_map(lambda x: x[:, :inside], run(margin=1e9))
+    ruled = jax.tree_util.tree_map(lambda x: x[:, :inside], ruled)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, held.action, ruled.action)
+    np.testing.assert_allclose(np.asarray(held.reward), np.asarray(ruled.reward), rtol=2e-5, atol=1e-6)
+    free = run(margin=0.0)
+    assert np.any(np.asarray(free.action.batch_size)[:, :inside] != np.asarray(ruled.action.batch_size))
+
+
+def test_a_margin_needs_a_base_policy_and_sampled_futures(task):
+    env, params = task
+    key = evaluate.evaluation_key(6)
+    cands = mpc.candidate_actions(env, params, TASK)
+    rule = switch_rule.make_rule(cands[0], cands[1], 2.0, 1.0, 2)
+    refused = ((-1.0, {"base": rule}), (float("nan"), {"base": rule}), (2.0, {}),
+               (2.0, {"base": rule, "clairvoyant": True}), (2.0, {"base": rule, "samples": 1}))
+    for margin, kwargs in refused:
+        with pytest.raises(ValueError, match=f"margin={margin}"):
+            mpc.run_mpc_episodes(env, params, TASK, key, 2, **{"clairvoyant": False, **kwargs}, margin=margin)
