@@ -328,10 +328,10 @@ def plan_with_base(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arra
                     grader, objective, trace_forecast, analog_window)
     actions = jnp.concatenate([candidates[:1], candidates])  # row 0: the base's own rollout (its action unused)
     holds = jnp.full(actions.shape[0], hold, jnp.int32).at[0].set(0)
+    per_future = jax.vmap(lambda action, h: score(action, Handover(base, base_memory, t, h)))(actions, holds)
     if margin == 0.0:  # margin is static
-        scores = jax.vmap(lambda action, h: jnp.mean(score(action, Handover(base, base_memory, t, h))))(actions, holds)
+        scores = jnp.mean(per_future, axis=1)
     else:
-        per_future = jax.vmap(lambda action, h: score(action, Handover(base, base_memory, t, h)))(actions, holds)
         gain = per_future - per_future[:1]  # (options, futures), paired with the base's rollout
         mean = jnp.mean(gain, axis=1)
         standard_error = jnp.std(gain, axis=1, ddof=1) / np.sqrt(gain.shape[1])
