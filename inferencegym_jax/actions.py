@@ -22,10 +22,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
 from inferencegym_jax.profiles import QUANT_TIERS, SPEC_LENGTHS
-
-Array = Any
 
 KNOBS: tuple[str, ...] = ("kv_budget", "spec_length", "batch_size", "prefill_disagg", "quant_tier")
 KV_BUDGETS: tuple[float, ...] = tuple(round(0.1 * i, 1) for i in range(1, 11))

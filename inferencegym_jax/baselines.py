@@ -24,10 +24,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from inferencegym_jax import graders, perf_model, serving, workload
+from inferencegym_jax import graders, perf_model, serving
 from inferencegym_jax.actions import BATCH_SIZES, ServingAction, indices_from_action
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, Observation
 from inferencegym_jax.evaluate import Policy, episode_keys, run_episode
+from inferencegym_jax.traffic import workload
 
 # The policies are pytrees with a `__call__` (`evaluate.as_policy_pytree`): what they hold is an
 # argument of the compiled evaluation program, so every fixed configuration of a task, say,

@@ -29,13 +29,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax import Array
 
-from inferencegym_jax import observation, param_checks, sampling, serving, spaces, validation, workload
+from inferencegym_jax import observation, param_checks, serving, spaces, validation
 from inferencegym_jax.actions import GRID_SIZES, KNOBS, ServingAction, clip_action
 from inferencegym_jax.observation import OBS_SIZE, Observation
 from inferencegym_jax.reward import RewardParams, reward
+from inferencegym_jax.traffic import sampling, workload
 
-Array = Any
 __all__ = ["OBS_SIZE", "EnvParams", "EnvState", "InferenceGymEnv", "Observation", "RewardParams"]
 # Arrival-rate EMA weight of the newest interval: a memory of ~3 intervals, long enough to
 # smooth Poisson noise, short enough to see a burst within one or two intervals.

@@ -1,4 +1,6 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+"""The project's files: atomic writes, and the shipped `data/` and `configs/` folders.
+
+Atomic writes: a reader sees the old file or the new one, never half of one.
 
 Every file the project writes (checkpoints, run records, generated data, tables) goes through
 `atomic_write_bytes`: the bytes go to a temporary file in the target's folder, are flushed to
@@ -8,6 +10,11 @@ one file system). On any error the temporary file is removed and the target is u
 A process killed mid-write (SIGKILL, power loss) cannot remove its temporary file: it stays in
 the folder as `.<name>-<random>.tmp` (`temp_file_glob`). `remove_stale_temp_files(path)` removes
 those of one target; writers that own their folder (checkpoints) call it before writing.
+
+The shipped folders (`shipped`): pyproject.toml installs the repository's `data/` and `configs/`
+as the subpackages `inferencegym_jax._data` and `inferencegym_jax._configs`. A Python started in a checkout
+(`python -c ...` in the repository root) imports `inferencegym_jax` from the source tree,
+where those subpackages do not exist; there the folders are read from the repository itself.
 """
 
 from __future__ import annotations
@@ -17,8 +24,10 @@ import json
 import os
 import stat
 import tempfile
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 TEMP_SUFFIX = ".tmp"
 
@@ -82,3 +91,13 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def atomic_write_json(path: str | os.PathLike, payload: Any, *, indent: int = 2, **dumps_kwargs: Any) -> Path:
     """Write `payload` as JSON to `path` atomically (a trailing newline included)."""
     return atomic_write_text(path, json.dumps(payload, indent=indent, **dumps_kwargs) + "\n")
+
+
+def shipped(folder: Literal["data", "configs"]) -> Traversable:
+    """The installed `data/` or `configs/` folder (the checkout's when run from source)."""
+    if folder not in ("data", "configs"):
+        raise ValueError(f"folder={folder!r} is not one of ['configs', 'data']")
+    try:
+        return resources.files(f"inferencegym_jax._{folder}")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parent.parent / folder

@@ -40,7 +40,7 @@ Score scale (the `score_scale` key of each task config):
   "oracle" (v1 tasks): score = max((g - g_floor) / (g_oracle - g_floor), 0), with g the grader's
     value (throughput unnormalised), g_floor the random policy's mean and g_oracle the mean, on
     the constants' keys, of the better per episode of two clairvoyant controllers: the
-    model-predictive oracle (`inferencegym_jax.mpc`) and the episode's best static configuration
+    model-predictive oracle (`inferencegym_jax.control.mpc`) and the episode's best static configuration
     in hindsight (`generate.grader_constants`). Oracles score ~1, a policy better than the best
     static configuration scores higher than it, and nothing caps the score at 1: a policy may
     beat these oracles, which are bounds only over their candidate configurations and horizon.
@@ -57,14 +57,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax import Array
 
 from inferencegym_jax import validation
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 from inferencegym_jax.serving.types import judged_metric
 
-Array = Any
 # Components of each grader and their weights; "ttft_memory" multiplies its components.
 GRADER_WEIGHTS: dict[str, dict[str, float]] = {
     "throughput": {"throughput": 1.0},

@@ -6,11 +6,9 @@ be empty or hold a vanishing amount. Ratios of such quantities are defined as 0 
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax.numpy as jnp
+from jax import Array
 
-Array = Any
 # Smallest amount treated as present, in the quantity's own unit (requests, sequences, tokens,
 # seconds): 1e-6 of a request is far below anything that changes a metric, and far above the
 # float32 rounding of the counts involved (< 1e-3 requests at 1e4 requests).

@@ -20,12 +20,13 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jax import Array
 
-from inferencegym_jax import spaces, workload
+from inferencegym_jax import spaces
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
-from inferencegym_jax.workload import NUM_CLASSES
+from inferencegym_jax.traffic import workload
+from inferencegym_jax.traffic.workload import NUM_CLASSES
 
-Array = Any
 # Queues beyond this many requests are off the observation's log scale [requests].
 QUEUE_SCALE = 10_000.0
 # Longest context of Llama-3-8B, the scale of prompt lengths [tokens].

@@ -29,8 +29,8 @@ from inferencegym_jax.task_config import (
     TaskConfig,
     WorkloadConfig,
 )
+from inferencegym_jax.traffic.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import Spec
-from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 
 _LENGTH_FIELDS = ("low", "high", "median1", "sigma1", "median2", "sigma2", "weight2")
 _SERVER_FIELDS = ("dt_s", "ttft_slo_s", "tpot_slo_s", "max_batched_tokens", "kv_watermark", "restart_s",

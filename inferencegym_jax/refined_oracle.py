@@ -30,9 +30,9 @@ import numpy as np
 
 from inferencegym_jax import graders
 from inferencegym_jax.actions import indices_from_action
+from inferencegym_jax.control.mpc import step_sums
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
-from inferencegym_jax.mpc import step_sums
 
 KEEP = -1  # an option's first index: keep the schedule's own configurations in the block
 

@@ -34,18 +34,14 @@ Two kinds (`RewardParams.kind`, the task file's `reward.kind`):
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
 from inferencegym_jax import serving
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.serving.types import judged_metric
-
-Array = Any
-
 
 # The reward's terms, in the order of RewardParams.weights (alpha .. epsilon); `reward` returns
 # its components under these names.

@@ -21,8 +21,8 @@ from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
 from inferencegym_jax.reward import KINDS as REWARD_KINDS
 from inferencegym_jax.serving.types import SLO_ACCOUNTINGS
+from inferencegym_jax.traffic.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
-from inferencegym_jax.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 
 # What a score of 1 is (inferencegym_jax.graders, "Score scale").
 SCORE_SCALES = ("best_static", "oracle")
@@ -107,7 +107,7 @@ class WorkloadConfig:
     burst_gap_s: float | None = number("s", MIN_INTERVAL_S, 1e6, "mean time between mmpp bursts", optional=True)
     burst_class_mix: tuple[float, ...] | None = vector("", NUM_CLASSES, 0, 1, "fraction of requests per class during "
                                                        "a burst (default: class_mix)", optional=True)
-    trace: str | None = text("trace per class, 'class0,class1,class2' (inferencegym_jax.traces)", optional=True)
+    trace: str | None = text("trace per class, 'class0,class1,class2' (inferencegym_jax.traffic.traces)", optional=True)
     trace_keep_one_in: int | None = integer("", 1, 10**6, "keep every n-th request of the trace", optional=True)
     prompt: LengthConfig | None = None
     output: LengthConfig | None = None

@@ -22,13 +22,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from inferencegym_jax import perf_model, validation, workload
+from inferencegym_jax import perf_model, validation
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams, InferenceGymEnv, RewardParams
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 from inferencegym_jax.profiles import QUANT_TIERS
 from inferencegym_jax.serving import ServerParams
 from inferencegym_jax.task_config import LengthConfig, TaskConfig, WorkloadConfig
+from inferencegym_jax.traffic import workload
 
 # Values of the params leaves a task's traffic does not use (see task_config): no bursts (a
 # multiplier of 1; any positive period, duration and gap), no rate for a replay, and lognormal
@@ -113,7 +114,7 @@ def _workload(cfg: WorkloadConfig) -> workload.WorkloadParams:
     bursts = {k: _NO_BURSTS[k] if getattr(cfg, k) is None else getattr(cfg, k) for k in _NO_BURSTS}
     trace = None
     if cfg.schedule == "trace":
-        from inferencegym_jax import traces  # data files are only read by trace tasks
+        from inferencegym_jax.traffic import traces  # data files are only read by trace tasks
 
         trace = traces.load_trace(cfg.trace, cfg.trace_keep_one_in)
     return workload.WorkloadParams(

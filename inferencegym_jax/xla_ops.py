@@ -8,15 +8,12 @@ same numbers to float32 rounding (tests/test_xla_ops.py checks each against it),
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
 from inferencegym_jax.numerics import EPS
-
-Array = Any
 
 
 def older_sum(x: Array) -> Array:

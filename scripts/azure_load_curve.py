@@ -9,7 +9,7 @@ their spread. InferenceGym-Task4-v1's 600-interval episodes cite it: at half loa
 prompt rate runs from ~1.9 k to ~13.8 k tokens/s, against the ~13.9 k/s one A100 prefills.
 Then the autocorrelation of the prompt-token rate at lags of 1 .. `lags` windows: how far the
 recent load predicts the next (with --window 10: 0.50 at 10 s, 0.18 at 20 s, against a 10-s
-prefill-engine start; the causal MPC's trace forecast, inferencegym_jax.mpc, cites it).
+prefill-engine start; the causal MPC's trace forecast, inferencegym_jax.control.mpc, cites it).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import argparse
 
 import numpy as np
 
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 
 
 def load(name: str) -> tuple[np.ndarray, np.ndarray]:

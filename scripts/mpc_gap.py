@@ -18,8 +18,8 @@ held-out episodes.
     python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
 
-Controllers: inferencegym_jax.mpc (candidates, horizon, objective in its docstring) and
-inferencegym_jax.switch_rule (two configurations and a hysteresis threshold on the recent
+Controllers: inferencegym_jax.control.mpc (candidates, horizon, objective in its docstring) and
+inferencegym_jax.control.switch_rule (two configurations and a hysteresis threshold on the recent
 prompt-token rate, selected on `--rule-episodes` training episodes; its row names the rule). A second
 table says how each policy served: requests completed, SLO violations, timeouts and
 out-of-memory restarts per episode, and how often each knob left the best static value. Every policy
@@ -38,8 +38,9 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, mpc, refined_oracle, switch_rule
+from inferencegym_jax import baselines, evaluate, refined_oracle
 from inferencegym_jax.actions import KNOBS, ServingAction
+from inferencegym_jax.control import mpc, switch_rule
 from inferencegym_jax.files import atomic_write_json
 
 
@@ -149,7 +150,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=mpc.SAMPLES, help="futures the causal MPC averages over")
     parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
     parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVES), default="grade",
-                        help="what the controllers plan on (inferencegym_jax.mpc)")
+                        help="what the controllers plan on (inferencegym_jax.control.mpc)")
     parser.add_argument("--task-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a task-file key, e.g. 'reward.kind=\"rates\"' (TOML value; repeatable)")
     parser.add_argument("--true-traffic-state", action="store_true",
@@ -162,17 +163,18 @@ def main() -> None:
                              "(inferencegym_jax.refined_oracle); 0: not")
     parser.add_argument("--refine-passes", type=int, default=1, help="refinement passes over each episode")
     parser.add_argument("--trace-forecast", choices=mpc.TRACE_FORECASTS, default="persistence",
-                        help="the causal MPC's futures on a replayed trace (inferencegym_jax.mpc): its recent "
-                             "past, or --samples analogs (inferencegym_jax.trace_analogs)")
+                        help="the causal MPC's futures on a replayed trace (inferencegym_jax.control.mpc): its recent "
+                             "past, or --samples analogs (inferencegym_jax.control.trace_analogs)")
     parser.add_argument("--no-causal", action="store_true", help="the oracle rows only")
     parser.add_argument("--no-mpc", action="store_true", help="no MPC rows (with --rule-episodes: the rule alone)")
     parser.add_argument("--rule-episodes", type=int, default=0,
-                        help="also the switching rule (inferencegym_jax.switch_rule), selected on this many "
+                        help="also the switching rule (inferencegym_jax.control.switch_rule), selected on this many "
                              "training episodes; 0: not")
     parser.add_argument("--rollout", action="store_true",
                         help="with --rule-episodes: also the causal MPC with the rule as its base policy, its "
-                             "candidates the rule's two configurations (inferencegym_jax.mpc, 'Rollout with a base "
-                             "policy'), planning as --horizon, --samples, --replan-every, --trace-forecast say")
+                             "candidates the rule's two configurations (inferencegym_jax.control.mpc, "
+                             "'Rollout with a base policy'), planning as --horizon, --samples, --replan-every, "
+                             "--trace-forecast say")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     if args.rollout and not args.rule_episodes:
@@ -216,7 +218,7 @@ def main() -> None:
                    "refine_passes": args.refine_passes, "rule_episodes": args.rule_episodes,
                    "rollout": args.rollout,
                    "objective": args.objective, "trace_forecast": args.trace_forecast,
-                   "causal_traffic_state": "belief (inferencegym_jax.traffic_belief)",
+                   "causal_traffic_state": "belief (inferencegym_jax.control.traffic_belief)",
                    "task_overrides": overrides, "rows": rows}
         atomic_write_json(args.json, payload)
 

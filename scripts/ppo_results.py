@@ -17,9 +17,9 @@ keeps PPO's start apart: each seed's policy fitted to the causal mpc, before any
 saved in OUT/task<N>_v<k>/seed<S>/start and graded on the same episodes (the "ppo_start" row of
 the JSON, a line under the table), so what PPO adds to the imitation is measured, not assumed.
 
-With --mpc the table also has the model-predictive controllers of inferencegym_jax.mpc on the
+With --mpc the table also has the model-predictive controllers of inferencegym_jax.control.mpc on the
 same episodes (the clairvoyant `mpc_oracle`, an oracle bound, and the causal `mpc`, which plans
-from the traffic belief, `inferencegym_jax.traffic_belief`, or on a replayed trace from its
+from the traffic belief, `inferencegym_jax.control.traffic_belief`, or on a replayed trace from its
 recent past; their default horizon, samples and candidates) and a "gap closed" column: (PPO - best_static) /
 (mpc_oracle - best_static), the share of the room the oracle shows that PPO takes.
 """
@@ -37,9 +37,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import baselines, evaluate, mpc
+from inferencegym_jax import baselines, evaluate
 from inferencegym_jax.cli.common import ppo_config_name
 from inferencegym_jax.cli.training_commands import parse_overrides as _overrides
+from inferencegym_jax.control import mpc
 from inferencegym_jax.evaluate import confidence_interval_95 as ci95
 from inferencegym_jax.files import atomic_write_json, atomic_write_text
 from training.checkpoint import checkpoint_path, load_checkpoint, read_config, save_checkpoint

@@ -3,7 +3,7 @@
 Usage: python scripts/sb3_ppo.py [--task 1] [--timesteps 20000] [--num-envs 8] [--seed 0]
        [--episodes 32] [--vec-env batch|dummy|both] [--ours]
 
-Training runs SB3's PPO (MLP policy, MultiDiscrete actions) on `inferencegym_jax.gymnasium_env`:
+Training runs SB3's PPO (MLP policy, MultiDiscrete actions) on `inferencegym_jax.interop.gymnasium_env`:
 `--vec-env batch` steps all envs with one jitted, vmapped call (`JaxBatchVecEnv`, an SB3 VecEnv
 over `GymnasiumVectorEnv`), `dummy` steps `GymnasiumEnv`s one by one (SB3's `DummyVecEnv`), and
 `both` trains once with each and prints both. The trained policy (its mode) is graded on
@@ -27,8 +27,9 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecMonitor
 
-from inferencegym_jax import baselines, evaluate, gymnasium_env, tasks
-from inferencegym_jax.sb3_env import JaxBatchVecEnv
+from inferencegym_jax import baselines, evaluate, tasks
+from inferencegym_jax.interop import gymnasium_env
+from inferencegym_jax.interop.sb3_env import JaxBatchVecEnv
 
 
 def make_vec_env(kind: str, task_id: str, num_envs: int) -> VecEnv:

@@ -8,8 +8,8 @@ ensembles of several windows, sizes and planning intervals, on training episodes
 Every point plays episodes 0..N-1 of fold_in(training_key(seed), switch_rule.SELECTION_STREAM)
 (the switching rule's selection episodes: never an evaluation episode), 30 intervals ahead
 (mpc.HORIZON), and its gain is paired with the best static configuration on the same episodes,
-graded as the README's tables are. inferencegym_jax.trace_analogs gives the forecast,
-inferencegym_jax.mpc the controller. The rollout points' base policy is the switching rule
+graded as the README's tables are. inferencegym_jax.control.trace_analogs gives the forecast,
+inferencegym_jax.control.mpc the controller. The rollout points' base policy is the switching rule
 selected on --rule-episodes of those episodes (switch_rule.select, as scripts/mpc_gap.py
 --rule-episodes selects it), and their gains are paired with the rule's too.
 """
@@ -24,7 +24,8 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, mpc, switch_rule
+from inferencegym_jax import baselines, evaluate
+from inferencegym_jax.control import mpc, switch_rule
 from inferencegym_jax.files import atomic_write_json
 
 # (forecast, futures, analog window [intervals], plan every [intervals]); the chosen point first.

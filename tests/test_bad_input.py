@@ -192,7 +192,7 @@ def test_legacy_and_new_style_keys_of_a_seed_give_the_same_episode(task1):
     """Every draw of reset and step comes from `sampling.uniforms(key)`: the two spellings of a
     seed give the same uniforms, hence the same episode."""
     from inferencegym_jax import env as env_module
-    from inferencegym_jax import sampling
+    from inferencegym_jax.traffic import sampling
 
     env, params, _ = task1
     for seed in (0, 7, 2**32 - 1):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from inferencegym_jax import perf_model
+from inferencegym_jax.files import shipped
 from inferencegym_jax.generate import calibration
-from inferencegym_jax.package_files import shipped
 
 ROOT = Path(__file__).resolve().parents[1]
 

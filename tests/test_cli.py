@@ -248,7 +248,7 @@ def test_read_only_folders_for_real(tmp_path, capsys):
 
 def test_the_clis_seed_limit_is_the_one_keys_have():
     """cli.common keeps its own MAX_SEED (--help must not import JAX); it must not drift."""
-    from inferencegym_jax import sampling
     from inferencegym_jax.cli import common
+    from inferencegym_jax.traffic import sampling
 
     assert common.MAX_SEED == sampling.MAX_SEED == 2**32 - 1

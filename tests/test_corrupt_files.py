@@ -246,8 +246,8 @@ def _trace_bytes(**arrays) -> bytes:
 
 def test_corrupt_trace_files_are_a_clear_error():
     """A damaged trace file (a damaged installation) names the file; a sound one parses."""
-    from inferencegym_jax import traces
-    from inferencegym_jax.package_files import shipped
+    from inferencegym_jax.files import shipped
+    from inferencegym_jax.traffic import traces
 
     name = next(iter(traces.TRACE_FILES))
     good = shipped("data").joinpath("traces", traces.TRACE_FILES[name]).read_bytes()

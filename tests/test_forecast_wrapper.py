@@ -10,8 +10,10 @@ import pytest
 from helpers import default_action_episode  # tests/, which conftest puts on sys.path
 
 import inferencegym_jax as ig
-from inferencegym_jax import traffic_belief, workload, wrappers
+from inferencegym_jax import wrappers
+from inferencegym_jax.control import traffic_belief
 from inferencegym_jax.observation import OBS_SIZE
+from inferencegym_jax.traffic import workload
 
 PERIODIC = "InferenceGym-Task2-v1"  # a 10 s burst every 60 s
 MMPP = "InferenceGym-Task3-v1"      # random document bursts: mean 60 s every 120 s

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import evaluate, graders, workload
+from inferencegym_jax import evaluate, graders
 from inferencegym_jax.actions import BATCH_SIZES, KNOBS
 from inferencegym_jax.serving import goodput
 from inferencegym_jax.serving.types import OnTime, Sequences
+from inferencegym_jax.traffic import workload
 
 F = jnp.float32
 V1_IDS = [i for i in ig.registered_envs() if i.endswith("-v1")]

@@ -34,7 +34,7 @@ def test_every_registered_task_has_constants():
 
 
 def _shipped_constants() -> tuple[str, dict]:
-    from inferencegym_jax.package_files import shipped
+    from inferencegym_jax.files import shipped
 
     text = shipped("data").joinpath("grader_constants.json").read_text()
     return text, json.loads(text)

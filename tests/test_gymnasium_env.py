@@ -21,7 +21,7 @@ from inferencegym_jax import evaluate
 from inferencegym_jax.observation import OBS_SIZE
 
 gymnasium = pytest.importorskip("gymnasium")
-ge = importlib.import_module("inferencegym_jax.gymnasium_env")  # after the skip: it needs gymnasium
+ge = importlib.import_module("inferencegym_jax.interop.gymnasium_env")  # after the skip: it needs gymnasium
 AutoresetMode = gymnasium.vector.AutoresetMode
 check_env = importlib.import_module("gymnasium.utils.env_checker").check_env
 
@@ -123,7 +123,7 @@ def test_every_task_is_registered_with_a_vector_entry_point():
 
 
 def test_make_with_the_module_prefix_and_make_vec(short):
-    env = gymnasium.make("inferencegym_jax.gymnasium_env:" + GYM_ID, render_mode="ansi")
+    env = gymnasium.make("inferencegym_jax.interop.gymnasium_env:" + GYM_ID, render_mode="ansi")
     assert isinstance(env.unwrapped, ge.GymnasiumEnv) and env.unwrapped.task_id == TASK
     obs, _ = env.reset(seed=0)
     assert obs.shape == (OBS_SIZE,) and obs.dtype == np.float32
@@ -359,9 +359,9 @@ def test_bad_input_names_what_was_typed(short):
 
 def test_without_gymnasium_the_import_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "gymnasium", None)  # what `import gymnasium` sees when it is missing
-    monkeypatch.delitem(sys.modules, "inferencegym_jax.gymnasium_env")
+    monkeypatch.delitem(sys.modules, "inferencegym_jax.interop.gymnasium_env")
     with pytest.raises(ImportError, match=r'pip install "inferencegym_jax\[gymnasium\]"'):
-        importlib.import_module("inferencegym_jax.gymnasium_env")
+        importlib.import_module("inferencegym_jax.interop.gymnasium_env")
 
 
 def test_only_the_adapters_import_gymnasium():

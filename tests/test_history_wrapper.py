@@ -10,8 +10,9 @@ import pytest
 from helpers import default_action_episode  # tests/, which conftest puts on sys.path
 
 import inferencegym_jax as ig
-from inferencegym_jax import observation, workload, wrappers
+from inferencegym_jax import observation, wrappers
 from inferencegym_jax.observation import OBS_SIZE
+from inferencegym_jax.traffic import workload
 
 TASK = "InferenceGym-Task2-v1"  # a periodic burst: 10 s of every 60 s
 WINDOWS, WIDTH = 4, 3  # [windows], [intervals per window]

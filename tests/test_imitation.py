@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc, switch_rule
+from inferencegym_jax import baselines, evaluate, graders
 from inferencegym_jax.actions import indices_from_action
+from inferencegym_jax.control import mpc, switch_rule
 from training import probes
 from training.config import PPOConfig, load_config
 from training.imitation import RuleTeacher

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc, switch_rule
+from inferencegym_jax import baselines, evaluate, graders
 from inferencegym_jax.actions import KNOBS
+from inferencegym_jax.control import mpc, switch_rule
 
 TASK = "InferenceGym-Task2-v0"
 STEPS, HORIZON = 12, 3

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -26,9 +26,10 @@ from scipy import stats
 
 import inferencegym_jax as ig
 from inferencegym_jax import env as env_module
-from inferencegym_jax import perf_model, sampling, serving, workload
+from inferencegym_jax import perf_model, serving
 from inferencegym_jax.testing import reference
 from inferencegym_jax.testing.reference import roofline
+from inferencegym_jax.traffic import sampling, workload
 
 NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
 FULL_GRID = (10, 5, 13, 2, 3)  # grid sizes of the five knobs: masked knobs get indices too, both must clip them

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc, refined_oracle
+from inferencegym_jax import baselines, evaluate, graders, refined_oracle
+from inferencegym_jax.control import mpc
 
 TASK = "InferenceGym-Task2-v0"
 STEPS, EPISODES = 12, 8

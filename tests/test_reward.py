@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, workload
+from inferencegym_jax import baselines, evaluate, graders
+from inferencegym_jax.traffic import workload
 
 STEPS = 60  # [intervals]: a burst of task 2 (every 60 s) and the queues it leaves
 

@@ -1,5 +1,5 @@
 """Stable-Baselines3 on the gymnasium adapters: SB3's env checker, and a short PPO run through
-the jitted vector env wrapped as an SB3 VecEnv (inferencegym_jax.sb3_env.JaxBatchVecEnv)."""
+the jitted vector env wrapped as an SB3 VecEnv (inferencegym_jax.interop.sb3_env.JaxBatchVecEnv)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import inferencegym_jax as ig
 pytest.importorskip("gymnasium")
 pytest.importorskip("torch")
 sb3 = pytest.importorskip("stable_baselines3")
-ge = importlib.import_module("inferencegym_jax.gymnasium_env")  # after the skips: it needs gymnasium
+ge = importlib.import_module("inferencegym_jax.interop.gymnasium_env")  # after the skips: it needs gymnasium
 sb3_env_checker = importlib.import_module("stable_baselines3.common.env_checker")
 sb3_vec_env = importlib.import_module("stable_baselines3.common.vec_env")
 
 TASK = "InferenceGym-Task1-v0"
 HORIZON = 16  # intervals: a 256-step run crosses episode boundaries
 NUM_ENVS = 1  # GymnasiumEnv's batch width: one compiled program for the whole file
-sb3_env = importlib.import_module("inferencegym_jax.sb3_env")
+sb3_env = importlib.import_module("inferencegym_jax.interop.sb3_env")
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import inferencegym_jax as ig
 from inferencegym_jax import perf_model, serving
 from inferencegym_jax.serving import admission, engine, latency
 from inferencegym_jax.serving.types import Queue, Sequences
-from inferencegym_jax.workload import Arrivals
+from inferencegym_jax.traffic.workload import Arrivals
 
 F = jnp.float32
 

@@ -22,7 +22,8 @@ SCRIPT = textwrap.dedent(
     import json
     import jax, jax.numpy as jnp, numpy as np
     import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate, sampling, sharding
+    from inferencegym_jax import baselines, evaluate, sharding
+    from inferencegym_jax.traffic import sampling
     from inferencegym_jax.env import DRAWS_PER_STEP
 
     assert jax.device_count() == 4, jax.devices()

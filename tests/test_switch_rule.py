@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, switch_rule
+from inferencegym_jax import baselines, evaluate, graders
+from inferencegym_jax.control import switch_rule
 
 TASK = "InferenceGym-Task4-v1"
 STEPS, EPISODES = 40, 8

@@ -10,7 +10,7 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax import tasks, validation
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 from inferencegym_jax.task_config import LengthConfig, TaskConfig, WorkloadConfig
 
 

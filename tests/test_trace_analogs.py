@@ -1,4 +1,4 @@
-"""The analog forecast of a replayed trace (inferencegym_jax.trace_analogs) and the causal MPC
+"""The analog forecast of a replayed trace (inferencegym_jax.control.trace_analogs) and the causal MPC
 that plans on it (mpc, trace_forecast="analogs")."""
 
 import functools
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import mpc, trace_analogs
+from inferencegym_jax.control import mpc, trace_analogs
 
 TASK = "InferenceGym-Task4-v1"
 

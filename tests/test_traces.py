@@ -16,9 +16,10 @@ import pytest
 from helpers import rollout
 
 import inferencegym_jax as ig
-from inferencegym_jax import perf_model, traces, workload
+from inferencegym_jax import perf_model
+from inferencegym_jax.files import shipped
 from inferencegym_jax.generate import trace_compaction
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.traffic import traces, workload
 
 ROOT = Path(__file__).resolve().parents[1]
 RAW = ROOT.parent / "shared" / "data" / "traces"

@@ -12,7 +12,8 @@ import pytest
 from scipy.stats import poisson
 
 import inferencegym_jax as ig
-from inferencegym_jax import mpc, traffic_belief, workload
+from inferencegym_jax.control import mpc, traffic_belief
+from inferencegym_jax.traffic import workload
 
 
 def _episode(task_id: str, seed: int, steps: int):

@@ -27,8 +27,8 @@ from typing import Any
 import jax.numpy as jnp
 from flax import struct
 
-from inferencegym_jax import mpc
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.control import mpc
+from inferencegym_jax.files import shipped
 
 TRACED = "traced"
 # Teachers the imitation before PPO may fit (`imitation_teacher`, training.imitation).
@@ -109,7 +109,7 @@ class PPOConfig:
                                       lambda v: 0 <= v <= 65536, "in [0, 65536]")
     imitation_teacher: str = _static("mpc", "whose choices the imitation fits: 'mpc' (the causal mpc, "
                                             "imitation_horizon and imitation_samples below) or 'switch_rule' (the "
-                                            "switching rule inferencegym_jax.switch_rule selects for the task)",
+                                            "switching rule inferencegym_jax.control.switch_rule selects for the task)",
                                      lambda v: v in IMITATION_TEACHERS, f"one of {list(IMITATION_TEACHERS)}")
     imitation_epochs: int = _static(200, "epochs of fitting to the mpc's episodes (each over minibatches of "
                                          "minibatch_size intervals)", lambda v: v >= 1, ">= 1")

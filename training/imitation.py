@@ -1,6 +1,6 @@
 """Imitation of the causal MPC before PPO: a start that already reacts to the server's state.
 
-On task 2-v1 the causal `mpc` (inferencegym_jax.mpc: plans with the simulator from the traffic
+On task 2-v1 the causal `mpc` (inferencegym_jax.control.mpc: plans with the simulator from the traffic
 belief, never from the episode's future) beats the best static configuration by reacting for an
 interval or two at a time (smaller batches and KV budget just after a burst starts:
 results/mpc_behaviour_task2_v1.json), and PPO started on the best static configuration does not
@@ -26,7 +26,7 @@ This is behaviour cloning from a fair teacher: the MPC sees the server's true st
 sees its observation's summaries) and the arrivals so far, nothing of the future. PPO then
 trains from that start with its own rollouts and rewards. With `imitation_teacher =
 "switch_rule"` the teacher is `RuleTeacher` instead: the causal switching rule
-(inferencegym_jax.switch_rule) the baseline selects for the task, which sees the arrivals only.
+(inferencegym_jax.control.switch_rule) the baseline selects for the task, which sees the arrivals only.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from inferencegym_jax import graders, mpc, switch_rule
+from inferencegym_jax import graders
+from inferencegym_jax.control import mpc, switch_rule
 from inferencegym_jax.env import EnvState
 from inferencegym_jax.evaluate import Policy
 from training.advantages import compute_gae
@@ -162,7 +163,7 @@ class MPCTeacher(Teacher):
 
 @dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params, rule)
 class RuleTeacher(Teacher):
-    """The causal switching rule (inferencegym_jax.switch_rule) as a source of demonstrations,
+    """The causal switching rule (inferencegym_jax.control.switch_rule) as a source of demonstrations,
     called like MPCTeacher. Its choice depends on the arrivals alone, so in a DAgger episode it
     labels the learner's states with what it would have chosen in its own.
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from inferencegym_jax import perf_model
-from inferencegym_jax.package_files import shipped
+from inferencegym_jax.files import shipped
 from inferencegym_jax.profiles import GPUS, MODELS, GpuSpec
 
 if TYPE_CHECKING:

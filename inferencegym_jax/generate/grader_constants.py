@@ -39,8 +39,9 @@ import jax
 import numpy as np
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, graders, mpc
+from inferencegym_jax import baselines, evaluate, graders
 from inferencegym_jax.actions import indices_from_action
+from inferencegym_jax.control import mpc
 
 # Fold-in tag of the search keys inside the training stream (the probe uses the next one).
 SEARCH_STREAM = 7

@@ -27,11 +27,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import baselines, evaluate, graders, sampling, tasks, validation
+from inferencegym_jax import baselines, evaluate, graders, tasks, validation
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.evaluate import Policy
 from inferencegym_jax.server.pool import GIVEN_ACTION, TaskPool
 from inferencegym_jax.server.sessions import Batcher, EpisodeDone, Session, SessionStore
+from inferencegym_jax.traffic import sampling
 
 # Longest episode log /grader takes [intervals]; logs are padded to it (one program per task).
 MAX_LOG_INTERVALS = 4096

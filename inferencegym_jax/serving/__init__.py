@@ -48,7 +48,7 @@ from inferencegym_jax.serving.types import (
     select_profile,
     zero_metrics,
 )
-from inferencegym_jax.workload import NUM_CLASSES, Arrivals
+from inferencegym_jax.traffic.workload import NUM_CLASSES, Arrivals
 
 __all__ = [
     "SLO_ACCOUNTINGS",

@@ -12,18 +12,17 @@ the whole interval and decode never stalls.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import Array
 
 from inferencegym_jax import perf_model, xla_ops
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.engine import Engine
 from inferencegym_jax.serving.types import Queue, Sequences, ServerParams
-from inferencegym_jax.workload import Arrivals
-
-Array = Any
+from inferencegym_jax.traffic.workload import Arrivals
 
 
 def enqueue(queue: Queue, arrivals: Arrivals) -> Queue:

@@ -19,16 +19,15 @@
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import Array
 
 from inferencegym_jax import perf_model
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.types import Sequences, ServerParams, ServerState
-
-Array = Any
 
 
 class Engine(NamedTuple):

@@ -19,16 +19,15 @@ the same proportions as the running pool they belong to.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import Array
 
 from inferencegym_jax import xla_ops
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.serving.latency import FirstToken
 from inferencegym_jax.serving.types import OnTime, Queue, Sequences, ServerParams
-
-Array = Any
 
 
 def kept_share(before: Sequences, after: Sequences) -> Array:

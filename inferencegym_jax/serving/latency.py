@@ -12,9 +12,10 @@ the interval (at their TTFT) and of those still waiting (at their current wait, 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax.numpy as jnp
+from jax import Array
 
 from inferencegym_jax import perf_model, xla_ops
 from inferencegym_jax.numerics import EPS, safe_div
@@ -22,7 +23,6 @@ from inferencegym_jax.serving.admission import Admission, Limits, Prefill
 from inferencegym_jax.serving.engine import Engine
 from inferencegym_jax.serving.types import Queue, ServerParams
 
-Array = Any
 # TTFT counts at most this many times its SLO in the latency ratio (a request 10x late is as
 # bad as one 4x late: the ratio measures how late, the violation rate whether late).
 TTFT_RATIO_CAP = 4.0

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
 from inferencegym_jax import perf_model
 from inferencegym_jax.actions import ServingAction
-from inferencegym_jax.workload import NUM_CLASSES
-
-Array = Any
+from inferencegym_jax.traffic.workload import NUM_CLASSES
 
 
 @struct.dataclass

@@ -25,12 +25,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
-from inferencegym_jax import traffic_belief
-from inferencegym_jax.traffic_belief import TrafficBelief
+from inferencegym_jax.control import traffic_belief
+from inferencegym_jax.control.traffic_belief import TrafficBelief
 from inferencegym_jax.wrappers.memory import MemoryWrapper
-
-Array = Any
 
 
 @struct.dataclass

@@ -26,11 +26,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
-from inferencegym_jax import observation, workload
+from inferencegym_jax import observation
+from inferencegym_jax.traffic import workload
 from inferencegym_jax.wrappers.memory import MemoryWrapper
-
-Array = Any
 
 
 @struct.dataclass

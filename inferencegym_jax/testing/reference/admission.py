@@ -26,7 +26,7 @@ from inferencegym_jax.testing.reference.arrays import (
     subtract_queues,
 )
 from inferencegym_jax.testing.reference.constants import EPS, F32
-from inferencegym_jax.workload import Arrivals
+from inferencegym_jax.traffic.workload import Arrivals
 
 
 def enqueue(queue: Queue, arrivals: Arrivals) -> Queue:

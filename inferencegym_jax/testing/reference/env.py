@@ -31,7 +31,7 @@ from inferencegym_jax.testing.reference.constants import (
     TOKENS_PER_BUDGET_UNIT,
 )
 from inferencegym_jax.testing.reference.observation import knob_vector, observe
-from inferencegym_jax.workload import Draws
+from inferencegym_jax.traffic.workload import Draws
 
 StepResult = tuple[Observation, EnvState, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]
 

@@ -38,7 +38,7 @@ from inferencegym_jax.testing.reference.engine import (
     reconfigure,
 )
 from inferencegym_jax.testing.reference.latency import Latency, latency_statistics, time_to_first_token
-from inferencegym_jax.workload import Arrivals
+from inferencegym_jax.traffic.workload import Arrivals
 
 
 def serve_interval(

@@ -15,7 +15,7 @@ import numpy as np
 
 from inferencegym_jax.testing.reference.arrays import to_numpy
 from inferencegym_jax.testing.reference.constants import F32, NUM_CLASSES
-from inferencegym_jax.workload import Arrivals, Draws, WorkloadState
+from inferencegym_jax.traffic.workload import Arrivals, Draws, WorkloadState
 
 Moments = dict[str, tuple[np.ndarray, np.ndarray]]  # "prompt" / "output" / "burst_prompt" -> (m1, m2), (3,) each
 

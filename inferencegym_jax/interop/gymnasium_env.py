@@ -1,7 +1,7 @@
 """Gymnasium adapters: the serving env as a `gymnasium.Env` and as a jitted `gymnasium.vector.VectorEnv`.
 
     import gymnasium
-    import inferencegym_jax.gymnasium_env  # registers InferenceGym/Task1-v0 .. InferenceGym/Task4-v0
+    import inferencegym_jax.interop.gymnasium_env  # registers InferenceGym/Task1-v0 .. InferenceGym/Task4-v0
 
     env = gymnasium.make("InferenceGym/Task1-v0")
     obs, info = env.reset(seed=0)                     # float32 (21,), entries in [0, 1]
@@ -11,7 +11,7 @@
 Ids. Task "InferenceGym-TaskN-v0" of `inferencegym_jax.registered_envs()` is registered as
 "InferenceGym/TaskN-v0" (gymnasium namespace "InferenceGym", name "TaskN", version 0: the first
 "-" becomes "/"; `gymnasium_id` and `task_id_of` map the two spellings). Importing this module
-registers them (`register_envs`), so `gymnasium.make("inferencegym_jax.gymnasium_env:InferenceGym/Task1-v0")`
+registers them (`register_envs`), so `gymnasium.make("inferencegym_jax.interop.gymnasium_env:InferenceGym/Task1-v0")`
 works without an import of your own. Each id has a `vector_entry_point`: `gymnasium.make_vec` uses
 `GymnasiumVectorEnv` (one jitted, vmapped step) unless told `vectorization_mode="sync"`.
 
@@ -68,24 +68,25 @@ try:
     from gymnasium.vector.utils import batch_space
 except ImportError as error:  # the adapter is an optional extra
     raise ImportError(
-        'inferencegym_jax.gymnasium_env needs gymnasium: pip install "inferencegym_jax[gymnasium]"'
+        'inferencegym_jax.interop.gymnasium_env needs gymnasium: pip install "inferencegym_jax[gymnasium]"'
     ) from error
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import evaluate, sampling, serving, tasks
+from inferencegym_jax import evaluate, serving, tasks
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.observation import OBS_SIZE
+from inferencegym_jax.traffic import sampling
 
 __all__ = ["GymnasiumEnv", "GymnasiumVectorEnv", "check_actions", "evaluate_policy", "gymnasium_id", "register_envs",
            "stack_infos", "task_id_of", "trajectory_from_infos"]
 
 NAMESPACE = "InferenceGym"
-ENTRY_POINT = "inferencegym_jax.gymnasium_env:GymnasiumEnv"
-VECTOR_ENTRY_POINT = "inferencegym_jax.gymnasium_env:GymnasiumVectorEnv"
+ENTRY_POINT = "inferencegym_jax.interop.gymnasium_env:GymnasiumEnv"
+VECTOR_ENTRY_POINT = "inferencegym_jax.interop.gymnasium_env:GymnasiumVectorEnv"
 RENDER_MODES = ["ansi"]
 MAX_SEED = sampling.MAX_SEED
 METRIC_NAMES = tuple(f.name for f in dataclasses.fields(serving.IntervalMetrics))

@@ -22,16 +22,13 @@ draws_from_uniforms`); the factorial terms are the same for every hypothesis and
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 
-from inferencegym_jax import workload
-from inferencegym_jax.workload import WorkloadParams, WorkloadState
-
-Array = Any
+from inferencegym_jax.traffic import workload
+from inferencegym_jax.traffic.workload import WorkloadParams, WorkloadState
 
 # Phases the "periodic" posterior distinguishes: cells of period / PHASE_GRID (0.47 s for task
 # 2's 60 s period, finer than its 1 s control interval, so a cell's burst pattern over the

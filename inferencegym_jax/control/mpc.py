@@ -92,10 +92,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from inferencegym_jax import graders, switch_rule, trace_analogs, traffic_belief, workload
+from inferencegym_jax import graders
 from inferencegym_jax.baselines import candidate_actions  # defined there for switch_rule too; mpc's name stays
+from inferencegym_jax.control import switch_rule, trace_analogs, traffic_belief
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
+from inferencegym_jax.traffic import workload
 
 # [intervals] The default look-ahead: three start-ups of the v1 tasks' prefill engine
 # (prefill_start_s = 10 s at 1-s intervals, configs/tasks/task3_v1.toml and task4_v1.toml), so a

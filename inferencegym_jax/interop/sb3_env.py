@@ -1,8 +1,8 @@
 """Stable-Baselines3 over the jitted batch: an SB3 `VecEnv` whose step is one jit(vmap) call.
 
     from stable_baselines3 import PPO
-    from inferencegym_jax.sb3_env import JaxBatchVecEnv
-    from inferencegym_jax.gymnasium_env import GymnasiumVectorEnv
+    from inferencegym_jax.interop.sb3_env import JaxBatchVecEnv
+    from inferencegym_jax.interop.gymnasium_env import GymnasiumVectorEnv
 
     venv = JaxBatchVecEnv(GymnasiumVectorEnv(8, "InferenceGym-Task1-v0"))
     model = PPO("MlpPolicy", venv).learn(20_000)
@@ -23,10 +23,10 @@ try:
     from gymnasium.vector import AutoresetMode
     from stable_baselines3.common.vec_env import VecEnv
 except ImportError as err:  # pragma: no cover - the message is the point
-    raise ImportError(f'inferencegym_jax.sb3_env needs stable-baselines3: pip install "inferencegym_jax[sb3]" '
+    raise ImportError(f'inferencegym_jax.interop.sb3_env needs stable-baselines3: pip install "inferencegym_jax[sb3]" '
                       f"({err})") from err
 
-from inferencegym_jax import gymnasium_env
+from inferencegym_jax.interop import gymnasium_env
 
 
 class JaxBatchVecEnv(VecEnv):

@@ -35,11 +35,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 from jax.scipy.special import ndtr
 
-from inferencegym_jax import sampling
+from inferencegym_jax.traffic import sampling
 
-Array = Any
 NUM_CLASSES = 3
 SCHEDULES = ("constant", "periodic", "mmpp", "trace")
 LENGTH_KINDS = {"uniform": 0, "lognormal": 1, "bimodal": 2}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from inferencegym_jax import workload
+from inferencegym_jax.traffic import workload
 
 # [intervals] The load an analog must match: the offered prompt tokens over the last 30 intervals.
 # Chosen on 64 training episodes of task 4-v1 (the switching rule's selection episodes; planning

@@ -11,11 +11,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 from jax.scipy.special import ndtri
 
 from inferencegym_jax import xla_ops
-
-Array = Any
 
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 # Largest seed: jax.random.key keeps 32 bits of a seed (with 64-bit types off), so larger

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax.package_files import shipped
-from inferencegym_jax.workload import NUM_CLASSES, Trace
+from inferencegym_jax.files import shipped
+from inferencegym_jax.traffic.workload import NUM_CLASSES, Trace
 
 TRACE_FILES: dict[str, str] = {
     "azure-code-2023": "azure_code_2023.npz",
