@@ -62,13 +62,14 @@ def random_policy(env: InferenceGymEnv) -> Policy:
 
 # The fixed vLLM-default configuration of the issue: the whole KV budget, no speculation,
 # 32 concurrent sequences (max_num_seqs), no disaggregation, FP16. NumPy scalars, so importing
-# this module starts no JAX backend (jax.distributed.initialize must come before the first).
+# this module starts no JAX backend (jax.distributed.initialize must come before the first):
+# leaves of another array type than the fields' jax.Array annotation, which JAX takes as arrays.
 VLLM_DEFAULT = ServingAction(
-    kv_budget=np.float32(1.0),
-    spec_length=np.float32(0.0),
-    batch_size=np.float32(32.0),
-    prefill_disagg=np.float32(0.0),
-    quant_tier=np.float32(0.0),
+    kv_budget=np.float32(1.0),  # type: ignore[arg-type]
+    spec_length=np.float32(0.0),  # type: ignore[arg-type]
+    batch_size=np.float32(32.0),  # type: ignore[arg-type]
+    prefill_disagg=np.float32(0.0),  # type: ignore[arg-type]
+    quant_tier=np.float32(0.0),  # type: ignore[arg-type]
 )
 
 
@@ -170,10 +171,11 @@ def static_grid(env: InferenceGymEnv, params: EnvParams) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames=("env", "num_steps"))
-def _static_stats(env, params, actions, keys, num_steps):
+def _static_stats(env: InferenceGymEnv, params: EnvParams, actions: jax.Array, keys: jax.Array,
+                  num_steps: int) -> dict[str, jax.Array]:
     """Episode statistics (graders.episode_statistics) of each action on each key: (C, E)."""
 
-    def one(action, key):
+    def one(action: jax.Array, key: jax.Array) -> dict[str, jax.Array]:
         traj = run_episode(env, params, lambda k, o, p: action, key, num_steps)
         return graders.episode_statistics(traj, params)
 

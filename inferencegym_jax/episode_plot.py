@@ -290,7 +290,7 @@ def plot_episode(episode: Episode, params: EnvParams, path: str | Path | None = 
     knobs = limits["active_knobs"]
     rows = max(len(knobs) + 1, 5)
     figure = Figure(figsize=(12, 1.0 + PANEL_HEIGHT_IN * rows), layout="constrained")
-    left_fig, right_fig = figure.subfigures(1, 2, wspace=0.02)
+    left_fig, right_fig = figure.subfigures(1, 2, wspace=0.02, squeeze=False)[0]
     left = list(left_fig.subplots(len(knobs) + 1, 1, sharex=True, squeeze=False)[:, 0])
     right = list(right_fig.subplots(5, 1, sharex=True, squeeze=False)[:, 0])
     for ax, name in zip(left, knobs):

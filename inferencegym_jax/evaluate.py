@@ -1,9 +1,12 @@
-"""Key-seeded evaluation: N episodes of any policy in one jitted, vmapped call.
+"""Key-seeded evaluation: N episodes of any policy or controller in one jitted, vmapped call.
 
 A policy is a function `policy(key, obs, params) -> action` (an int32 (5,) index vector or a
 `ServingAction`) for one env; anything it needs (network weights, normaliser) is closed over,
 or, for a policy that is a pytree with a `__call__` (the baselines are), held in its leaves:
-those are arguments of the compiled program, so such policies share one compilation.
+those are arguments of the compiled program, so such policies share one compilation. A
+controller (`protocols.Controller`: the switching rule, the MPC) also remembers what it saw: an
+init of its memory, an act, an update from what the step returned. `play_episode` is the one
+episode loop of the package; it plays either (a policy through `as_controller`).
 
 Reproducibility contract:
   * episode i uses `jax.random.fold_in(key, i)`, so its result does not depend on how many
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +28,8 @@ from flax import struct
 
 from inferencegym_jax import sharding
 from inferencegym_jax.actions import ServingAction
-from inferencegym_jax.env import EnvParams, InferenceGymEnv, Observation
+from inferencegym_jax.env import EnvParams, Observation
+from inferencegym_jax.protocols import Controller, Seen, ServingEnvironment, StepOutput
 from inferencegym_jax.serving import IntervalMetrics
 
 Policy = Callable[[jax.Array, Observation, EnvParams], Any]
@@ -93,21 +97,6 @@ def interval_record(reward: jax.Array, info: dict[str, Any]) -> Trajectory:
     )
 
 
-def run_episode(env: InferenceGymEnv, params: EnvParams, policy: Policy, key: jax.Array, num_steps: int) -> Trajectory:
-    """One episode of `num_steps` intervals from a reset with `key` (no auto-reset inside)."""
-    k_reset, k_env, k_policy = jax.random.split(key, 3)
-    obs, state = env.reset_env(k_reset, params)
-
-    def body(carry, t):
-        obs, state = carry
-        action = policy(jax.random.fold_in(k_policy, t), obs, params)
-        obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        return (obs, state), interval_record(reward, info)
-
-    _, traj = jax.lax.scan(body, (obs, state), jnp.arange(num_steps))
-    return traj
-
-
 @struct.dataclass
 class FunctionPolicy:
     """A plain policy function as a pytree with no leaves: `run_episodes` passes every policy
@@ -123,6 +112,74 @@ def as_policy_pytree(policy: Any) -> Any:
     """`policy` if it is a pytree (its arrays are then arguments of the compiled program, so
     policies that differ only in them share it), else wrapped in a FunctionPolicy."""
     return FunctionPolicy(policy) if jax.tree_util.all_leaves([policy]) else policy
+
+
+@struct.dataclass
+class PolicyController:
+    """A stateless policy as a `protocols.Controller`: no memory, the action `policy(key, obs,
+    params)`. The policy is a child of the pytree (a pytree policy's arrays stay traced)."""
+
+    policy: Any
+
+    def init(self, key: jax.Array, seen: Seen, params: EnvParams) -> tuple[()]:
+        return ()
+
+    def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: EnvParams) -> tuple[Any, tuple[()]]:
+        return self.policy(key, seen.obs, params), memory
+
+    def update(self, memory: tuple[()], step: StepOutput, params: EnvParams) -> tuple[()]:
+        return memory
+
+
+def is_controller(policy: Any) -> bool:
+    """Whether `policy` meets `protocols.Controller` (has init, act and update)."""
+    return all(callable(getattr(policy, name, None)) for name in ("init", "act", "update"))
+
+
+def as_controller(policy: Policy | Controller) -> Controller:
+    """`policy` if it is a Controller, else the stateless policy as one (`PolicyController`)."""
+    return cast(Controller, policy) if is_controller(policy) else PolicyController(as_policy_pytree(policy))
+
+
+def default_record(seen: Seen, memory: Any, step: StepOutput) -> Trajectory:
+    """`run_episode`'s record of an interval: its Trajectory entry (`interval_record`)."""
+    return interval_record(step.reward, step.info)
+
+
+def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Controller, key: jax.Array,
+                 num_steps: int, record: Callable[[Seen, Any, StepOutput], Any] = default_record) -> tuple[Seen, Any]:
+    """The one episode loop: `num_steps` intervals of `policy` (a Policy or a protocols.Controller)
+    from a reset with `key` (no auto-reset inside), the keys of `stream_episode_keys`:
+    (k_reset, k_env, k_policy) = split(key, 3), interval t steps with fold_in(k_env, t) and asks
+    the controller with fold_in(k_policy, t) (its init gets `key` itself).
+
+    Returns: (what the controller would be shown after the last interval (t = num_steps), the
+    records stacked on a leading time axis: `record(seen, memory, step)` of each interval, with
+    the memory after the controller's act and the step's output).
+    """
+    controller = as_controller(policy)
+    k_reset, k_env, k_policy = jax.random.split(key, 3)
+    obs, state = env.reset_env(k_reset, params)
+    memory = controller.init(key, Seen(jnp.int32(0), obs, state), params)
+
+    def body(carry, t):
+        obs, state, memory = carry
+        seen = Seen(t, obs, state)
+        action, memory = controller.act(memory, jax.random.fold_in(k_policy, t), seen, params)
+        obs, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
+        step = StepOutput(t, state, obs, nxt, reward, info)
+        out = record(seen, memory, step)
+        return (obs, nxt, controller.update(memory, step, params)), out
+
+    (obs, state, _), records = jax.lax.scan(body, (obs, state, memory), jnp.arange(num_steps))
+    return Seen(jnp.int32(num_steps), obs, state), records
+
+
+def run_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Controller, key: jax.Array,
+                num_steps: int) -> Trajectory:
+    """One episode of `num_steps` intervals of `policy` (a Policy or a protocols.Controller) from a
+    reset with `key` (no auto-reset inside): `play_episode`'s Trajectory."""
+    return play_episode(env, params, policy, key, num_steps)[1]
 
 
 # Episodes per batch are a multiple of this. XLA:CPU vectorises a batch of envs over its SIMD
@@ -148,9 +205,9 @@ def _run_batch_sharded(env, params, policy, keys, num_steps, mesh):
 
 
 def run_episodes(
-    env: InferenceGymEnv,
+    env: ServingEnvironment,
     params: EnvParams,
-    policy: Policy,
+    policy: Policy | Controller,
     key: jax.Array,
     num_episodes: int,
     *,
@@ -268,9 +325,9 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
 
 
 def evaluate(
-    env: InferenceGymEnv,
+    env: ServingEnvironment,
     params: EnvParams,
-    policy: Policy,
+    policy: Policy | Controller,
     key: jax.Array,
     num_episodes: int,
     task_id: str,
@@ -299,7 +356,7 @@ def confidence_interval_95(values: Any) -> float:
     return float(1.959964 * values.std(ddof=1) / np.sqrt(values.size))
 
 
-def summarize(results: dict[str, EvalResult]):
+def summarize(results: dict[str, EvalResult]) -> Any:
     """One row per policy: mean score, its 95 % CI, breakdown means and key metrics (pandas)."""
     import numpy as np
     import pandas as pd

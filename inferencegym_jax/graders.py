@@ -144,7 +144,7 @@ def scale_constants(task_id: str) -> tuple[float, float, float | None, float | N
     return 0.0, 1.0, consts["score_floor"], consts["score_ceiling"]
 
 
-def normalise(value: Array, floor: Array | None, ceiling: Array | None) -> Array:
+def normalise(value: Array, floor: float | Array | None, ceiling: float | Array | None) -> Array:
     """A grader's value as a score: clipped to [0, 1] without a floor and ceiling, else
     max((value - floor) / (ceiling - floor), 0) (module docstring, "Score scale")."""
     if floor is None:
@@ -162,7 +162,7 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
 
     Returns (episodes, time).
     """
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: dict[str, tuple[int, int]] = {}
     for name, rank in REQUIRED_FIELDS.items():
         value = _get(trajectory, name)
         if value is None:
@@ -172,7 +172,8 @@ def check_trajectory(trajectory: Any) -> tuple[int, int]:
             if jnp.ndim(leaf) < rank:
                 raise ValueError(f"trajectory.{where} must have leading axes (episodes, time), "
                                  f"got shape {jnp.shape(leaf)}")
-            shapes[where] = tuple(jnp.shape(leaf)[:2])
+            episodes, time = jnp.shape(leaf)[:2]
+            shapes[where] = (episodes, time)
     metrics = _get(trajectory, "metrics")
     for field in METRIC_FIELDS:
         if _get(metrics, field) is None:
@@ -259,7 +260,8 @@ def episode_statistics(traj: Any, params: EnvParams) -> dict[str, Array]:
     return statistics_from_sums(episode_sums(traj, params), params)
 
 
-def components(stats: dict[str, Array], grader: str, x_random: Array, x_optimum: Array) -> dict[str, Array]:
+def components(stats: dict[str, Array], grader: str, x_random: float | Array,
+               x_optimum: float | Array) -> dict[str, Array]:
     """A grader's components from one episode's (or a batch's) statistics; each in [0, 1]."""
     span = jnp.maximum(x_optimum - x_random, 1e-6)
     throughput = jnp.clip((stats["served_fraction"] - x_random) / span, 0.0, 1.0)
@@ -277,11 +279,11 @@ def components(stats: dict[str, Array], grader: str, x_random: Array, x_optimum:
 def combine(comps: dict[str, Array], grader: str) -> Array:
     """The score from a grader's components: their weighted sum, or product for PRODUCT_GRADERS."""
     if grader in PRODUCT_GRADERS:
-        out = 1.0
+        out: float | Array = 1.0
         for value in comps.values():
             out = out * value
-        return out
-    return sum(GRADER_WEIGHTS[grader][k] * v for k, v in comps.items())
+        return jnp.asarray(out)  # a no-op on the product, an array; typed as one
+    return jnp.asarray(sum(GRADER_WEIGHTS[grader][k] * v for k, v in comps.items()))
 
 
 def value_from_sums(sums: dict[str, Array], params: EnvParams, grader: str) -> Array:
@@ -291,15 +293,15 @@ def value_from_sums(sums: dict[str, Array], params: EnvParams, grader: str) -> A
 
 
 def grade_episodes(
-    trajectory: Any, params: EnvParams, grader: str, x_random: Array, x_optimum: Array,
-    floor: Array | None = None, ceiling: Array | None = None,
+    trajectory: Any, params: EnvParams, grader: str, x_random: float | Array, x_optimum: float | Array,
+    floor: float | Array | None = None, ceiling: float | Array | None = None,
 ) -> Grade:
     """Jittable core of `grade`: explicit grader name and normalising constants. Without
     `floor` and `ceiling` the score is the grader's value clipped to [0, 1] ("best_static");
     with them, max((value - floor) / (ceiling - floor), 0) ("oracle")."""
     if grader not in GRADER_WEIGHTS:
         raise ValueError(f"grader={grader!r} is not one of {sorted(GRADER_WEIGHTS)}")
-    def one(traj):
+    def one(traj: dict[str, Any]) -> Grade:
         stats = episode_statistics(traj, params)
         comps = components(stats, grader, jnp.float32(x_random), jnp.float32(x_optimum))
         score = normalise(combine(comps, grader), floor, ceiling)
@@ -353,7 +355,7 @@ def feedback(grade_: Grade, task_id: str) -> list[str]:
     return lines
 
 
-def to_dataframe(grade_: Grade, policy: str | None = None):
+def to_dataframe(grade_: Grade, policy: str | None = None) -> Any:
     """Per-episode grades as a pandas DataFrame (host side)."""
     import pandas as pd
 

@@ -169,7 +169,7 @@ class Observation:
         rows = ["| field | shape | unit | bounds | meaning |", "|---|---|---|---|---|"]
         for name, f in FEATURES:
             shape = "()" if f.size == 1 else f"({f.size},)"
-            if isinstance(f.low, tuple):
+            if isinstance(f.low, tuple) and isinstance(f.high, tuple):
                 bounds = ", ".join(f"[{lo:g}, {hi:g}]" for lo, hi in zip(f.low, f.high))
             else:
                 bounds = f"[{f.low:g}, {f.high:g}]"

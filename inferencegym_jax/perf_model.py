@@ -28,6 +28,7 @@ from typing import Any
 
 import jax.numpy as jnp
 from flax import struct
+from jax import Array
 from jax.typing import ArrayLike  # a jax or numpy array, or a Python scalar
 
 from inferencegym_jax import xla_ops
@@ -84,29 +85,29 @@ class Profile:
       quality_loss: relative model quality lost at this precision, a fraction in [0, 1).
     """
 
-    hbm_bytes: ArrayLike
-    weight_bytes: ArrayLike
-    weight_read_bytes: ArrayLike
-    kv_bytes_per_token: ArrayLike
-    reserve_bytes: ArrayLike
-    linear_params: ArrayLike
-    lm_head_params: ArrayLike
-    attn_flops_per_token_context: ArrayLike
-    mem_bw: ArrayLike
-    linear_flops: ArrayLike
-    bf16_flops: ArrayLike
-    knee_sharpness: ArrayLike
-    elementwise_bytes_per_token: ArrayLike
-    fixed_kernel_s: ArrayLike
-    step_overhead_s: ArrayLike
-    request_overhead_s: ArrayLike
-    price_per_hour: ArrayLike
-    kv_link_bw: ArrayLike
-    weight_load_bw: ArrayLike
-    draft_params: ArrayLike
-    draft_layer_fraction: ArrayLike
-    spec_tokens_per_step: ArrayLike
-    quality_loss: ArrayLike
+    hbm_bytes: Array
+    weight_bytes: Array
+    weight_read_bytes: Array
+    kv_bytes_per_token: Array
+    reserve_bytes: Array
+    linear_params: Array
+    lm_head_params: Array
+    attn_flops_per_token_context: Array
+    mem_bw: Array
+    linear_flops: Array
+    bf16_flops: Array
+    knee_sharpness: Array
+    elementwise_bytes_per_token: Array
+    fixed_kernel_s: Array
+    step_overhead_s: Array
+    request_overhead_s: Array
+    price_per_hour: Array
+    kv_link_bw: Array
+    weight_load_bw: Array
+    draft_params: Array
+    draft_layer_fraction: Array
+    spec_tokens_per_step: Array
+    quality_loss: Array
 
 
 def _valid(field: str, value: str, allowed: Mapping[str, object]) -> None:
@@ -139,7 +140,7 @@ def build_profile(
     else:
         linear_flops = bf16_flops * q.compute_efficiency
     linear_bytes = q.bytes_per_weight * m.params_linear
-    def f32(x: float) -> ArrayLike:
+    def f32(x: float | tuple[float, ...]) -> Array:
         return jnp.asarray(x, jnp.float32)
 
     return Profile(
@@ -188,7 +189,7 @@ def get_profile(
     return build_profile(gpu, model, quant, draft, load_calibration())
 
 
-def _smooth_max(a: ArrayLike, b: ArrayLike, p: ArrayLike) -> ArrayLike:
+def _smooth_max(a: Array, b: Array, p: Array) -> Array:
     """(a^p + b^p)^(1/p) for a, b >= 0, as max * (1 + r^p)^(1/p) with r = min / max in [0, 1]
     (the powers by `xla_ops.power`)."""
     top = jnp.maximum(a, b)
@@ -199,10 +200,10 @@ def _smooth_max(a: ArrayLike, b: ArrayLike, p: ArrayLike) -> ArrayLike:
 def forward_time(
     profile: Profile,
     num_tokens: ArrayLike,
-    kv_tokens_read: ArrayLike,
-    attn_flops: ArrayLike,
+    kv_tokens_read: Array,
+    attn_flops: Array,
     lm_head_tokens: ArrayLike,
-) -> ArrayLike:
+) -> Array:
     """Kernel time of one forward pass [s], no serving overhead (see the module docstring).
 
     The GEMMs (linear layers and LM head), the attention kernels and the elementwise kernels
@@ -226,7 +227,7 @@ def forward_time(
     return _smooth_max(gemm_mem, gemm_comp, p) + _smooth_max(attn_mem, attn_comp, p) + elementwise
 
 
-def tokens_per_step(profile: Profile, spec_length: ArrayLike) -> ArrayLike:
+def tokens_per_step(profile: Profile, spec_length: ArrayLike) -> Array:
     """Expected tokens emitted per sequence per engine step; 1.0 at spec_length 0.
 
     Linear interpolation in the measured table at k = 0, 1, 2, 4, 8.
@@ -235,7 +236,7 @@ def tokens_per_step(profile: Profile, spec_length: ArrayLike) -> ArrayLike:
     return jnp.interp(k, jnp.asarray(SPEC_LENGTHS, jnp.float32), profile.spec_tokens_per_step)
 
 
-def draft_token_time(profile: Profile, batch_size: ArrayLike, context_len: ArrayLike) -> ArrayLike:
+def draft_token_time(profile: Profile, batch_size: ArrayLike, context_len: ArrayLike) -> Array:
     """Time to draft one speculative token for `batch_size` sequences [s]; 0 for n-gram drafts."""
     b = jnp.asarray(batch_size, jnp.float32)
     t_mem = (
@@ -248,7 +249,7 @@ def draft_token_time(profile: Profile, batch_size: ArrayLike, context_len: Array
 
 def decode_step_time(
     profile: Profile, batch_size: ArrayLike, context_len: ArrayLike, spec_length: ArrayLike = 0
-) -> ArrayLike:
+) -> Array:
     """Seconds for one engine step decoding `batch_size` sequences of `context_len` tokens each.
 
     With spec_length k > 0 the step drafts k tokens and verifies B * (k + 1) tokens in one
@@ -267,7 +268,7 @@ def prefill_time(
     num_tokens: ArrayLike,
     num_sequences: ArrayLike = 1,
     sum_sq_tokens: ArrayLike | None = None,
-) -> ArrayLike:
+) -> Array:
     """Seconds for one prefill pass over `num_tokens` prompt tokens; 0 when there are none.
 
     Args:
@@ -288,18 +289,18 @@ def prefill_time(
 PREFILL_REF_TOKENS = 2048.0
 
 
-def prefill_throughput(profile: Profile) -> ArrayLike:
+def prefill_throughput(profile: Profile) -> Array:
     """Prompt tokens per second [tokens/s] of a PREFILL_REF_TOKENS-token prefill pass."""
     return PREFILL_REF_TOKENS / prefill_time(profile, PREFILL_REF_TOKENS)
 
 
-def kv_capacity_tokens(profile: Profile, kv_budget: ArrayLike) -> ArrayLike:
+def kv_capacity_tokens(profile: Profile, kv_budget: ArrayLike) -> Array:
     """KV-cache capacity [tokens]: kv_budget of the HBM left after weights and the reserve."""
     free = jnp.maximum(profile.hbm_bytes - profile.weight_bytes - profile.reserve_bytes, 0.0)
     return (jnp.asarray(kv_budget, jnp.float32) * free / profile.kv_bytes_per_token).astype(jnp.float32)
 
 
-def kv_transfer_time(profile: Profile, num_tokens: ArrayLike) -> ArrayLike:
+def kv_transfer_time(profile: Profile, num_tokens: ArrayLike) -> Array:
     """Seconds to move the KV cache of `num_tokens` prompt tokens from the prefill GPU to the
     decode GPU over the node's link (disaggregated serving): tokens * kv_bytes_per_token /
     kv_link_bw. docs/DESIGN.md: a 1 k-token prompt is 131 MB, about 0.4 ms over NVLink."""

@@ -26,7 +26,7 @@ Two kinds (`RewardParams.kind`, the task file's `reward.kind`):
       by the schedule's peak-to-mean arrival-rate ratio before the [-1, 1] clip, so an interval
       at peak load stays inside the clip: a burst interval is weighed by its requests, not cut.
       The weights are the task grader's (configs/tasks/*_v1.toml). Why, measured on task 2-v1
-      (`scripts/mpc_gap.py --version 1 --task 2 --episodes 32 --horizon 10 --objective reward`, the task's
+      (`experiments/mpc_gap.py --version 1 --task 2 --episodes 32 --horizon 10 --objective reward`, the task's
       reward against v0's with `--task-set`): a model-predictive controller planning on v0's
       reward gained +0.002 +- 0.042 over the best static configuration (clairvoyant: +0.097),
       on this reward +0.028 +- 0.043 (+0.125), on the grade itself +0.035 +- 0.041 (+0.157).

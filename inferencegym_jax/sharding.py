@@ -148,7 +148,7 @@ def split_leading(fn: Callable, mesh: Mesh, replicated: Sequence[int] = ()) -> C
       replicated: positions of arguments without a batch axis (params, hyperparameters).
     """
 
-    def wrapped(*args):
+    def wrapped(*args: Any) -> Any:
         specs = tuple(PartitionSpec() if i in replicated else PartitionSpec(AXIS) for i in range(len(args)))
         # check_vma=False: a block's scan carries start from replicated constants (a reset
         # state) and turn per-device; every output is per-device anyway.

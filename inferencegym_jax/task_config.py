@@ -15,6 +15,7 @@ float32 moments of the clamped lognormal stay finite far beyond 3), times up to 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.perf_model import SERVED_MODELS
@@ -38,7 +39,8 @@ MIN_MEMORY_GB = 1.0  # [GB] below every served model's weights: the engine canno
 MIN_BUDGET = 1e-6  # [$ per 1k output tokens] far below any GPU's cost per token
 
 
-def _require(path: str, owner: str, value: str, config: object, required: tuple[str, ...], optional: tuple[str, ...]):
+def _require(path: str, owner: str, value: str, config: object, required: tuple[str, ...],
+             optional: tuple[str, ...]) -> None:
     """ValueError for a field `value` (of `owner`) needs and lacks, or sets and does not use."""
     for f in optional:
         present = getattr(config, f) is not None
@@ -145,7 +147,7 @@ class RewardConfig:
                                      "interval adds to the grader's episode sums (v1; inferencegym_jax.reward)")
 
 
-def _knob(name: str) -> object:
+def _knob(name: str) -> Any:
     lo, hi = KNOB_RANGES[KNOBS.index(name)]
     return number("", lo, hi, f"{name} of the default configuration (actions.KNOB_RANGES)")
 
@@ -176,7 +178,8 @@ class TaskConfig:
     draft: str = choice(tuple(DRAFTS), "speculative draft method")
     active_knobs: tuple[str, ...] = names(KNOBS, "the knobs the agent controls")
     max_steps: int = integer("intervals", 1, 10**6, "horizon of an episode")
-    default_action: ActionConfig = None  # type: ignore[assignment]  (required: see parse)
+    # Required tables: None until parsed (`check` refuses a missing one), so typed as present.
+    default_action: ActionConfig = None  # type: ignore[assignment]
     server: ServerConfig = None  # type: ignore[assignment]
     workload: WorkloadConfig = None  # type: ignore[assignment]
     reward: RewardConfig = None  # type: ignore[assignment]

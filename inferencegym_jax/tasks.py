@@ -1,20 +1,24 @@
 """Task registry: the TOML files of configs/tasks, discovered by their `id`, built into params.
 
-    env, params = inferencegym_jax.make("InferenceGym-Task1-v0")
-    env, params = inferencegym_jax.make("InferenceGym-Task2-v0", gpu="h100-sxm")
-    env, params = inferencegym_jax.make("InferenceGym-Task1-v0", workload={"base_rate": 40.0})
+    env, params = inferencegym_jax.make("InferenceGym-Task3-v1")   # task 3's newest version
+    env, params = inferencegym_jax.make("InferenceGym-Task2-v1", gpu="h100-sxm")
+    env, params = inferencegym_jax.make("InferenceGym-Task1-v1", workload={"base_rate": 40.0})
+    env, params = inferencegym_jax.make("InferenceGym-Task3-v0")   # frozen, to reproduce v0 results
 
 Every `*.toml` in configs/tasks is a task; its `id` is what `make` accepts. Overrides are merged
 into the file's tables (a value of None removes a key), then the whole is checked against
 `task_config.TaskConfig`: unknown keys, wrong types and out-of-range values raise ValueError
-naming the key. Ids carry a
-version: bump it when the dynamics or a task's numbers change, so results stay comparable.
+naming the key. Ids carry a version ("InferenceGym-Task<N>-v<k>"): bump it when the dynamics or
+a task's numbers change, so results stay comparable. Older versions stay registered, frozen, for
+reproduction; a bare task number (`resolve_id`: the CLI's `--task 3`, a config's `task = 3`)
+means the task's newest version.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import re
 import tomllib
 from collections.abc import Mapping
 from typing import Any
@@ -60,15 +64,50 @@ def registered_envs() -> list[str]:
     return list(_task_files())
 
 
+# A registered id names its task's number and version: "InferenceGym-Task<N>-v<k>".
+_VERSIONED_ID = re.compile(r"InferenceGym-Task(\d+)-v(\d+)")
+
+
+def task_versions() -> dict[int, list[str]]:
+    """{task number: its registered ids, oldest version first} (ids of another form left out).
+    The last id of each list is the task's newest version, what a bare number resolves to."""
+    versions: dict[int, list[tuple[int, str]]] = {}
+    for env_id in registered_envs():
+        match = _VERSIONED_ID.fullmatch(env_id)
+        if match:
+            versions.setdefault(int(match.group(1)), []).append((int(match.group(2)), env_id))
+    return {number: [env_id for _, env_id in sorted(found)] for number, found in sorted(versions.items())}
+
+
+def newest_version(number: int) -> str | None:
+    """The registered id of task `number`'s newest version ("InferenceGym-Task3-v1" for 3);
+    None when no task has that number."""
+    found = task_versions().get(number)
+    return found[-1] if found else None
+
+
+def _versions_listing() -> str:
+    """The tasks and their versions, for messages: "1: InferenceGym-Task1-v0, InferenceGym-Task1-v1; ..."."""
+    return "; ".join(f"{n}: {', '.join(ids)}" for n, ids in task_versions().items())
+
+
 def resolve_id(value: Any, key: str = "task=") -> str:
-    """A registered id from a task number N ("InferenceGym-TaskN-v0") or an id; ValueError
-    naming `key` (how the user typed the option or config key) otherwise."""
-    ids = registered_envs()
-    is_number = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.isdigit())
-    candidate = f"InferenceGym-Task{value}-v0" if is_number else value
-    if isinstance(candidate, str) and candidate in ids:
-        return candidate
-    raise ValueError(f"{key}{value!r}: must be a task number or one of {ids}")
+    """A registered id from a task number N (its newest version: 3 -> "InferenceGym-Task3-v1"
+    while v1 is task 3's newest; older versions stay reachable by their full ids, frozen for
+    reproduction) or from a registered id; ValueError naming `key` (how the user typed the option
+    or config key) otherwise, listing the tasks and their versions."""
+    is_number = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, str) and value.isascii() and value.isdigit())
+    if is_number:
+        newest = newest_version(int(value))
+        if newest is not None:
+            return newest
+        raise ValueError(f"{key}{value!r} is not a task: no task {int(value)} is registered. A number means its "
+                         f"task's newest version; the tasks and their versions: {_versions_listing()}")
+    if isinstance(value, str) and value in _task_files():
+        return value
+    raise ValueError(f"{key}{value!r} is not a task: use a task number (its newest version) or one of "
+                     f"{registered_envs()}")
 
 
 @functools.cache
@@ -116,6 +155,9 @@ def _workload(cfg: WorkloadConfig) -> workload.WorkloadParams:
     if cfg.schedule == "trace":
         from inferencegym_jax.traffic import traces  # data files are only read by trace tasks
 
+        if cfg.trace is None or cfg.trace_keep_one_in is None:  # task_config requires both for "trace"
+            raise ValueError("config keys 'workload.trace' and 'workload.trace_keep_one_in' are required by "
+                             "workload.schedule = 'trace'")
         trace = traces.load_trace(cfg.trace, cfg.trace_keep_one_in)
     return workload.WorkloadParams(
         base_rate=f32(cfg.base_rate or 0.0),

@@ -146,7 +146,7 @@ def check_value(key: str, value: Any, spec: Spec) -> Any:
 def nested_schema(annotation: Any) -> type | None:
     """The dataclass type of a nested-schema field (`LengthConfig` or `LengthConfig | None`)."""
     candidates = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
-    return next((c for c in candidates if dataclasses.is_dataclass(c)), None)
+    return next((c for c in candidates if isinstance(c, type) and dataclasses.is_dataclass(c)), None)
 
 
 def parse(raw: Mapping[str, Any], schema: type, path: str = "") -> Any:

@@ -43,9 +43,10 @@ from inferencegym_jax.cli.training_commands import parse_overrides as _overrides
 from inferencegym_jax.control import mpc
 from inferencegym_jax.evaluate import confidence_interval_95 as ci95
 from inferencegym_jax.files import atomic_write_json, atomic_write_text
-from training.checkpoint import checkpoint_path, load_checkpoint, read_config, save_checkpoint
-from training.config import load_config
-from training.ppo import make_train
+from inferencegym_jax.training_setup import load_config, make_train, read_config
+from inferencegym_jax.training_setup.uniform_start import run_overrides
+from training.checkpoint import checkpoint_path, load_checkpoint, save_checkpoint
+from training.evaluation import paired_difference
 from training.sweep import graded_episodes, has_grader
 
 
@@ -57,49 +58,6 @@ def _folder(out: Path, task: str) -> Path:
 # A seed's folder holds, for a config with imitation, PPO's start (the policy fitted to the mpc,
 # before any update) in this subfolder, graded as the row "ppo_start".
 START = "start"
-
-# `--uniform-start`: PPO with no prior on any configuration, issue 12's "from a uniform start": no
-# best-static prior, no imitation of the causal mpc, no burst forecast, and the settings such a
-# start needs, each measured on the v1 tasks 2-4 (README "Results on the v1 tasks"):
-#   * hold actions (keep each knob's value in force, or set any grid index) with a prior of
-#     logit 5 on keeping: a change picks every grid value alike, and what it sets stays, on
-#     average, (e^5 + n) / (n - 1) intervals on a knob of n values (13 on the batch knob, 150 on
-#     prefill disaggregation). Logit 3 (2.8 and 22 intervals), the first value tried, reached
-#     the best static configuration on tasks 2-3-v1, but on task 4-v1 two seeds of three never
-#     turned the prefill GPU on; 5 was the second and last value tried (README).
-#     Exploration that is persistent in time: on task 2-v1 a batch cap above 96 in even a share
-#     of a burst's intervals admits enough sequences to break TPOT for the burst (the best static
-#     configuration with batch 128 in a random 10 % / 20 % / 50 % of the burst intervals loses
-#     37 % / 67 % / 110 % of what 128 in all of them loses, scripts/burst_phases.py), so a
-#     policy drawing each interval's cap afresh saw no gain from 96 until it already played it
-#     nearly always, and stayed at batch 512 (0.684 against the best static configuration's
-#     0.791, every seed tried but one). Knobs start where every episode's do, at the task's default
-#     configuration, which the prior does not favour over any other;
-#   * lr 3e-3 (at the shipped 3e-4 an update hardly moves the policy, clip fraction at most 3e-5);
-#   * 5x the shipped config's updates (UNIFORM_BUDGET; 200 ended in a local optimum), fixed
-#     for the v1 tasks at 5x their budgets of then (UNIFORM_UPDATES);
-#   * no entropy bonus (with 0.01 the spread policy's mode flips between near-tied choices from
-#     interval to interval, and every flip pays a reconfiguration: the grade's stability
-#     component 0.24 on task 3-v1, 0.96 with 0.001).
-UNIFORM_START = {"action_mode": "hold", "initial_action": "default", "default_logit": 5.0, "imitation_episodes": 0,
-                 "forecast_intervals": 0, "lr": 3e-3, "ent_coef": 0.0}
-UNIFORM_BUDGET = 5
-# [updates] The v1 tasks' uniform-start budgets: 5x their shipped configs' num_updates when the
-# README's uniform-start table was measured (200, 200, 400). Task 4-v1's shipped config has had
-# 1,600 updates since (chosen for the imitation start, configs/train/ppo_task4_v1.toml); these
-# keep the table's command rerunning what it ran. Other tasks: UNIFORM_BUDGET x their config's.
-UNIFORM_UPDATES = {"InferenceGym-Task2-v1": 1000, "InferenceGym-Task3-v1": 1000, "InferenceGym-Task4-v1": 2000}
-
-
-def run_overrides(task: str, uniform_start: bool, sets: list[str] | None) -> dict:
-    """The config overrides of task id `task`'s run: with `uniform_start` UNIFORM_START and
-    UNIFORM_UPDATES (else UNIFORM_BUDGET x its shipped config's num_updates), then the `--set`
-    pairs on top."""
-    if not uniform_start:
-        return _overrides(sets)
-    updates = UNIFORM_UPDATES.get(task) or UNIFORM_BUDGET * load_config(ppo_config_name(task)).num_updates
-    return {**UNIFORM_START, "num_updates": updates, **_overrides(sets)}
-
 
 def train_task(task: str, seeds: int, overrides: dict, out: Path) -> None:
     """Train the seeds of task id `task` as one vmapped program; save each seed's checkpoint and
@@ -171,8 +129,8 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
             for name, policy in policies.items()}
     if graded and with_mpc:
         for name, clairvoyant in (("mpc_oracle", True), ("mpc", False)):
-            runs[name] = lambda c=clairvoyant: mpc.run_mpc_episodes(env, trainer.env_params, config.task, key, episodes,
-                                                                    clairvoyant=c)
+            ctrl = mpc.controller(env, trainer.env_params, config.task, mpc.MPCConfig(clairvoyant=clairvoyant))
+            runs[name] = lambda c=ctrl: mpc.run_mpc_episodes(c, trainer.env_params, key, episodes)
     best_static_scores = None
     for name, run in runs.items():
         t0 = time.perf_counter()
@@ -184,17 +142,14 @@ def grade_task(task: str, episodes: int, out: Path, with_mpc: bool = False) -> d
             result = evaluate.grade_trajectory(traj, trainer.env_params, config.task)
             rows[name].update(score=float(np.mean(result.scores)), ci95_episodes=ci95(result.scores))
             if best_static_scores is not None:
-                diff = np.asarray(result.scores) - best_static_scores
-                rows[name].update(minus_best_static=float(diff.mean()), minus_best_static_ci95=ci95(diff))
+                paired = paired_difference(result.scores, best_static_scores)
+                rows[name].update(minus_best_static=paired.mean, minus_best_static_ci95=paired.ci95)
             if name == "best_static":
                 best_static_scores = np.asarray(result.scores)
-                # Paired on the same held-out episodes: the traffic of episode i does not depend on
-                # the policy, so the per-episode difference removes the traffic's variance.
-                for row, scores in per_seed_scores.items():
-                    diff = scores - np.asarray(result.scores)[None, :]  # (seeds, episodes)
-                    rows[row].update(minus_best_static=float(diff.mean()),
-                                     minus_best_static_ci95_episodes=ci95(diff.mean(axis=0)),
-                                     minus_best_static_per_seed=diff.mean(axis=1).tolist())
+                for row, scores in per_seed_scores.items():  # (seeds, episodes), paired episode by episode
+                    paired = paired_difference(scores, best_static_scores)
+                    rows[row].update(minus_best_static=paired.mean, minus_best_static_ci95_episodes=paired.ci95,
+                                     minus_best_static_per_seed=paired.per_seed)
     if "mpc_oracle" in rows:
         room = rows["mpc_oracle"]["minus_best_static"]
         for row in per_seed_scores:
@@ -288,7 +243,8 @@ def main() -> None:
     parser.add_argument("--out", default="runs/results")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE")
     parser.add_argument("--uniform-start", action="store_true",
-                        help="train from a uniform start (UNIFORM_START, UNIFORM_BUDGET; --set pairs on top)")
+                        help="train from a uniform start (training_setup.uniform_start: UNIFORM_START, UNIFORM_BUDGET; "
+                             "--set pairs on top)")
     parser.add_argument("--grade-only", action="store_true",
                         help="skip training: grade the checkpoints a previous run left in OUT")
     args = parser.parse_args()
@@ -298,7 +254,8 @@ def main() -> None:
     task_ids = [f"InferenceGym-Task{n}-v{args.version}" for n in args.tasks]
     if not args.grade_only:
         for task in task_ids:
-            train_task(task, args.seeds, run_overrides(task, args.uniform_start, args.set), out)
+            overrides = run_overrides(load_config(ppo_config_name(task)), args.uniform_start, _overrides(args.set))
+            train_task(task, args.seeds, overrides, out)
     for task in task_ids:
         results.append(grade_task(task, args.episodes, out, with_mpc=args.mpc))
         print(markdown(results[-1:]) + ("\n" + start_lines(results[-1:]) if start_lines(results[-1:]) else ""),

@@ -1,6 +1,6 @@
 """Train Stable-Baselines3 PPO on a task through the gymnasium adapter, grade it, time it.
 
-Usage: python scripts/sb3_ppo.py [--task 1] [--timesteps 20000] [--num-envs 8] [--seed 0]
+Usage: python scripts/sb3_ppo.py [--task InferenceGym-Task1-v0] [--timesteps 20000] [--num-envs 8] [--seed 0]
        [--episodes 32] [--vec-env batch|dummy|both] [--ours]
 
 Training runs SB3's PPO (MLP policy, MultiDiscrete actions) on `inferencegym_jax.interop.gymnasium_env`:
@@ -83,8 +83,7 @@ def grade(model: PPO, task_id: str, args: argparse.Namespace) -> dict[str, evalu
 
 def ours_rate(task: int, updates: int = 3) -> tuple[float, float]:
     """(env steps/s, compile s) of this project's PPO on the task's shipped config."""
-    from training.config import load_config
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import load_config, make_train
 
     trainer = make_train(load_config(f"ppo_task{task}"))
     runner, hp = trainer.jit_init(trainer.root_key()), trainer.default_hparams()
@@ -110,7 +109,8 @@ def print_grades(results: dict[str, evaluate.EvalResult], episodes: int) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", type=int, default=1)
+    parser.add_argument("--task", default="InferenceGym-Task1-v0",
+                        help="task number (its newest version) or id (default: the v0 task 1 of BENCHMARKS.md)")
     parser.add_argument("--timesteps", type=int, default=20_000, help="env steps of timed training")
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)

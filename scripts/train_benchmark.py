@@ -22,8 +22,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from training.config import load_config
-from training.ppo import make_train
+from inferencegym_jax.training_setup import load_config, make_train
 
 
 def _time(fn, *args, repeats: int) -> tuple[float, float]:

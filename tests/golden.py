@@ -109,11 +109,10 @@ def ppo_run(env_id: str, **extra) -> dict[str, np.ndarray]:
     """Two updates of a tiny PPO config: the parameters, normalisers and metrics."""
     import jax
 
-    from training.config import PPOConfig
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import from_dict, make_train
 
-    config = PPOConfig(task=env_id, num_envs=16, num_steps=8, num_updates=2, update_epochs=1, num_minibatches=2,
-                       actor_widths=(16, 16), critic_widths=(16, 16), **extra)
+    config = from_dict(dict(task=env_id, num_envs=16, num_steps=8, num_updates=2, update_epochs=1, num_minibatches=2,
+                            actor_widths=(16, 16), critic_widths=(16, 16), **extra))
     trainer = make_train(config)
     runner, metrics = jax.jit(trainer.train)(trainer.root_key())
     return _leaves("", {"params": runner.params, "obs_stats": runner.obs_stats, "ret_stats": runner.ret_stats,

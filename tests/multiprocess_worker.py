@@ -58,7 +58,7 @@ def main(out_path: str) -> None:
     # The trainer is env-agnostic and the evaluation above splits the serving env already: a
     # probe env compiles in a third of the time (2 cores run the three processes).
     probe = probes.ObservationReward()
-    config = PPOConfig(task=TASK, num_envs=8, num_steps=4, num_updates=2, update_epochs=1,
+    config = PPOConfig(num_envs=8, num_steps=4, num_updates=2, update_epochs=1,
                        num_minibatches=2, actor_widths=(16,), critic_widths=(16,), num_devices=jax.device_count())
     trainer = make_train(config, probe, probe.default_params)
     runner, metrics = jax.jit(trainer.train)(trainer.root_key())

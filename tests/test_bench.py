@@ -16,8 +16,8 @@ def test_bench_writes_rows_json_and_figure(tmp_path, capsys, monkeypatch):
     # The user-loop row runs in a child with the XLA flags the command started with, not the CLI's.
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
     out, png = tmp_path / "bench.json", tmp_path / "scaling.png"
-    main(["bench", "--tasks", "1", "--envs", "4", "--steps", "3", "--numpy-steps", "2", "--repeats", "1",
-          "--no-ppo", "--no-grade", "--json", str(out), "--plot", str(png)])
+    main(["bench", "--tasks", "InferenceGym-Task1-v0", "--envs", "4", "--steps", "3", "--numpy-steps", "2",
+          "--repeats", "1", "--no-ppo", "--no-grade", "--json", str(out), "--plot", str(png)])
     record = json.loads(out.read_text())
     rows = record["rows"]
     assert [(r["impl"], r["num_envs"]) for r in rows] == [("numpy", 4), ("jax", 4), ("jax-user-loop", 4)]

@@ -9,7 +9,7 @@ import pytest
 
 from training import probes
 from training.checkpoint import FILENAME, load_checkpoint, read_config, save_checkpoint
-from training.config import PPOConfig
+from training.config import PPOConfig, toml_value
 from training.loop import read_metrics, run_training
 from training.ppo import make_train
 
@@ -50,16 +50,55 @@ def test_stop_and_resume_is_bit_identical(trainer, tmp_path):
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == [FILENAME, "metrics.csv"]  # no temp files
 
 
+def _serving_config(**changes):
+    from inferencegym_jax.training_setup import load_config
+
+    return load_config("ppo_task3", num_envs=4, num_steps=2, num_minibatches=1, actor_widths=[8], critic_widths=[8],
+                       task="InferenceGym-Task3-v0", **changes)
+
+
 def test_round_trip_of_a_real_task_state(tmp_path):
-    config = PPOConfig(task="InferenceGym-Task3-v0", num_envs=4, num_steps=2, num_minibatches=1,
-                       actor_widths=(8,), critic_widths=(8,))
-    trainer = make_train(config)
+    from inferencegym_jax import training_setup
+
+    config = _serving_config()
+    trainer = training_setup.make_train(config)
     runner = trainer.jit_init(trainer.root_key())
     save_checkpoint(tmp_path, trainer, runner)
     loaded = load_checkpoint(tmp_path, trainer)
     chex.assert_trees_all_equal_structs(loaded, runner)
     assert _leaves_equal(loaded, runner)
     assert jax.dtypes.issubdtype(loaded.key.dtype, jax.dtypes.prng_key)
+    # The checkpoint holds both parts of the config as one flat table, as before the split.
+    assert training_setup.read_config(tmp_path) == config and read_config(tmp_path) == config.ppo
+    other = training_setup.make_train(config.replace(history_windows=2))
+    with pytest.raises(ValueError, match=r"different config: history_windows: 0 \(checkpoint\) != 2 \(requested\)"):
+        load_checkpoint(tmp_path, other)
+    with pytest.raises(ValueError, match="rejects: .*'action_mode'.* are not PPOConfig keys.*training_setup"):
+        load_checkpoint(tmp_path, make_train(config.ppo, trainer.env, trainer.env_params))
+
+
+def test_a_checkpoint_written_before_the_split_loads(tmp_path):
+    """Before PPOConfig lost its serving keys, a checkpoint's config was one flat table of every
+    key (task, action_mode, ... among the PPO keys); one written before `imitation_samples`
+    existed lacks it and reads back with its default. Such a record loads unchanged."""
+    from flax import serialization
+
+    from inferencegym_jax import training_setup
+    from training.checkpoint import record_digest
+
+    config = _serving_config(default_logit=1.0)
+    trainer = training_setup.make_train(config)
+    runner = trainer.jit_init(trainer.root_key())
+    save_checkpoint(tmp_path, trainer, runner)
+    path = tmp_path / FILENAME
+    record = serialization.msgpack_restore(path.read_bytes())
+    old = {**config.setup.to_dict(), **config.ppo.to_dict()}  # the old field order: task first
+    old.pop("imitation_samples")
+    record["config"] = "".join(f"{k} = {toml_value(v)}  # doc\n" for k, v in old.items())
+    record["sha256"] = record_digest(record)
+    path.write_bytes(serialization.msgpack_serialize(record))
+    assert training_setup.read_config(tmp_path) == config
+    assert _leaves_equal(load_checkpoint(tmp_path, trainer), runner)
 
 
 @pytest.fixture

@@ -10,7 +10,10 @@ import sys
 import pytest
 
 import inferencegym_jax as ig
+from inferencegym_jax import tasks
 from inferencegym_jax.cli import bench, env_commands, main
+from inferencegym_jax.cli.common import ppo_config_name
+from inferencegym_jax.cli.training_commands import DEFAULT_CONFIG, DEFAULT_TASK
 
 COMMANDS = ("rollout", "baselines", "train", "eval", "sweep", "bench", "plot", "serve")
 
@@ -69,8 +72,8 @@ def test_import_and_help_load_no_heavy_modules():
 
 def test_unknown_task_is_one_line_listing_the_tasks(tmp_path, capsys):
     err = one_line_error(["train", "--task", "99", "--out", str(tmp_path / "run")], capsys)
-    assert err.startswith("inferencegym: error: argument --task: '99' is not a task")
-    assert all(env_id in err for env_id in ig.registered_envs())
+    assert err.startswith("inferencegym: error: argument --task: '99' is not a task: no task 99 is registered")
+    assert "newest version" in err and all(env_id in err for env_id in ig.registered_envs())
     assert "inferencegym train --help" in err
 
 
@@ -154,13 +157,15 @@ def test_task_without_a_shipped_config_names_it_and_asks_for_config(tmp_path, ca
 
     monkeypatch.setattr(training.config, "shipped_configs", lambda: ["ppo_task1"])
     err = one_line_error(["train", "--task", "2", "--out", str(tmp_path / "run")], capsys)
-    assert "InferenceGym-Task2-v0" in err and "['ppo_task1']" in err and "--config" in err
+    assert tasks.newest_version(2) in err and "['ppo_task1']" in err and "--config" in err
 
 
-@pytest.mark.parametrize("number", [1, 2, 3, 4])
-def test_train_without_config_uses_the_tasks_shipped_config(number, tmp_path, monkeypatch):
-    import training.ppo
-    from training.config import load_config
+@pytest.mark.parametrize("task", ["1", "2", "3", "4", "InferenceGym-Task3-v0", None])
+def test_train_without_config_uses_the_tasks_shipped_config(task, tmp_path, monkeypatch):
+    """A number trains its task's newest version with that version's shipped config; a full id
+    (an older version) its own; neither --task nor --config the main job."""
+    import inferencegym_jax.training_setup
+    from inferencegym_jax.training_setup import load_config
 
     class Stop(Exception):
         pass
@@ -168,23 +173,26 @@ def test_train_without_config_uses_the_tasks_shipped_config(number, tmp_path, mo
     def stop(config, *args, **kwargs):
         raise Stop(config)
 
-    monkeypatch.setattr(training.ppo, "make_train", stop)
+    monkeypatch.setattr(inferencegym_jax.training_setup, "make_train", stop)
     out = tmp_path / "run"
     with pytest.raises(Stop) as stopped:
-        main(["train", "--task", str(number), "--out", str(out), "--updates", "2"])
-    assert stopped.value.args[0] == load_config(f"ppo_task{number}", num_updates=2)
+        main(["train", *(["--task", task] if task else []), "--out", str(out), "--updates", "2"])
+    env_id = tasks.resolve_id(task) if task else DEFAULT_TASK
+    name = ppo_config_name(env_id) if task else DEFAULT_CONFIG
+    assert stopped.value.args[0] == load_config(name, num_updates=2)
+    assert stopped.value.args[0].task == env_id
     assert not out.exists()  # nothing is written before every check has passed
 
 
 def test_the_resolved_config_is_written_before_training(tmp_path):
-    from training.config import load_config
+    from inferencegym_jax.training_setup import load_config
 
     out = tmp_path / "run"
     tiny = ["--set", "num_envs=4", "--set", "num_steps=4", "--set", "num_minibatches=1", "--set", "actor_widths=[8]"]
     with pytest.raises(LongComputationStarted):
         main(["train", "--task", "1", "--out", str(out), *tiny, "--no-progress"])
-    assert load_config(out / "config.toml") == load_config("ppo_task1", num_envs=4, num_steps=4, num_minibatches=1,
-                                                           actor_widths=[8])
+    assert load_config(out / "config.toml") == load_config(ppo_config_name(tasks.newest_version(1)), num_envs=4,
+                                                           num_steps=4, num_minibatches=1, actor_widths=[8])
     assert sorted(p.name for p in out.iterdir()) == ["config.toml"]
 
 

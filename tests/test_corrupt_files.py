@@ -13,6 +13,7 @@ import pytest
 from flax import serialization
 
 from inferencegym_jax.cli import main
+from inferencegym_jax.training_setup import ServingSetup, TrainConfig
 from training import probes
 from training.checkpoint import FILENAME, VERSION, load_checkpoint, record_digest, save_checkpoint
 from training.config import PPOConfig
@@ -20,6 +21,8 @@ from training.ppo import make_train
 
 CONFIG = PPOConfig(num_envs=4, num_steps=4, num_updates=6, update_epochs=1, num_minibatches=1,
                    actor_widths=(8,), critic_widths=(8,), checkpoint_every=1)
+# The command line's view of a checkpoint of CONFIG: its keys with the serving setup's defaults.
+RUN_CONFIG = TrainConfig(CONFIG, ServingSetup())
 UPDATE = 3  # the saved state's update counter
 
 
@@ -138,9 +141,9 @@ def test_random_bit_flips_are_all_caught(trainer, good, tmp_path):
 
 
 def test_another_tasks_or_configs_checkpoint_names_the_difference(trainer, runner, tmp_path):
-    other_task = make_train(CONFIG.replace(task="InferenceGym-Task2-v0"), probes.ObservationReward())
+    other_task = make_train(CONFIG, probes.ConstantReward(horizon=1))
     save_checkpoint(tmp_path / "task2", other_task, runner)
-    with pytest.raises(ValueError, match="written for task InferenceGym-Task2-v0, not InferenceGym-Task1-v0"):
+    with pytest.raises(ValueError, match="written for task ConstantReward, not ObservationReward"):
         load_checkpoint(tmp_path / "task2", trainer)
     other_config = make_train(CONFIG.replace(vf_coef=8.5), probes.ObservationReward())
     save_checkpoint(tmp_path / "vf", other_config, runner)
@@ -157,14 +160,14 @@ class Reached(AssertionError):
 
 @pytest.fixture
 def no_training(monkeypatch):
+    import inferencegym_jax.training_setup
     import training.loop
-    import training.ppo
 
     def reached(*args, **kwargs):
         raise Reached("the command went on to build or train")
 
     monkeypatch.setattr(training.loop, "run_training", reached)
-    monkeypatch.setattr(training.ppo, "make_train", reached)
+    monkeypatch.setattr(inferencegym_jax.training_setup, "make_train", reached)
 
 
 @pytest.fixture
@@ -172,7 +175,7 @@ def run_folder(trainer, runner, tmp_path):
     """A run folder as `train` leaves it after update 3: config.toml, metrics.csv, checkpoint."""
     folder = tmp_path / "run"
     save_checkpoint(folder, trainer, runner)
-    (folder / "config.toml").write_text(CONFIG.to_toml())
+    (folder / "config.toml").write_text(RUN_CONFIG.to_toml())
     (folder / "metrics.csv").write_text("update,reward\n1,0.1\n2,0.2\n3,0.3\n")
     return folder
 
@@ -205,10 +208,10 @@ def test_corrupt_checkpoint_fails_eval_and_resume_leaving_the_folder(name, good,
 
 
 @pytest.mark.parametrize(("argv", "config_toml", "named"), [
-    (["--task", "2"], None, ["InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "--task"]),
-    ([], CONFIG.replace(task="InferenceGym-Task2-v0").to_toml(), ["InferenceGym-Task1-v0",
+    (["--task", "InferenceGym-Task2-v0"], None, ["InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "--task"]),
+    ([], RUN_CONFIG.replace(task="InferenceGym-Task2-v0").to_toml(), ["InferenceGym-Task1-v0",
                                                                    "InferenceGym-Task2-v0", "config.toml"]),
-    ([], CONFIG.replace(lr=1e-3).to_toml(), ["config.toml", "lr: 0.001 (config.toml) != 0.0003 (checkpoint)"]),
+    ([], RUN_CONFIG.replace(lr=1e-3).to_toml(), ["config.toml", "lr: 0.001 (config.toml) != 0.0003 (checkpoint)"]),
     ([], "lr = = 3", ["config.toml", "not valid TOML"]),
     (["--set", "vf_coef=8.5"], None, ["vf_coef: 0.5 (checkpoint) != 8.5 (requested)"]),
     (["--updates", "9"], None, ["num_updates: 6 (checkpoint) != 9 (requested)"]),

@@ -71,7 +71,7 @@ def test_series_have_the_horizon_and_their_units(default_episode):
 def test_plot_command_writes_the_png_atomically(default_episode, tmp_path, capsys):
     _, _, episode = default_episode
     out = tmp_path / "figures" / "episode.png"
-    main(["plot", "--task", "1", "--policy", "default", "--seed", str(SEED), "--out", str(out)])
+    main(["plot", "--task", TASK, "--policy", "default", "--seed", str(SEED), "--out", str(out)])
     printed = capsys.readouterr().out
     assert f"score {episode.score:.3f}" in printed and str(out) in printed
     data = out.read_bytes()

@@ -107,19 +107,19 @@ def test_jitted_vmapped_forecast_step_traces_once_and_settings_are_checked():
 
 
 def test_ppo_config_forecast_intervals_wraps_the_layout_env_outermost():
+    from inferencegym_jax.training_setup import ServingSetup
     from training import probes
-    from training.config import PPOConfig
-    from training.envs import training_env
 
-    config = PPOConfig(task=PERIODIC, action_mode="hold", history_windows=3, forecast_intervals=AHEAD)
-    made = training_env(config)
+    config = ServingSetup.from_dict(dict(task=PERIODIC, action_mode="hold", history_windows=3,
+                                         forecast_intervals=AHEAD))
+    made = config.build()
     assert isinstance(made.env, wrappers.TrafficForecastWrapper)
     assert isinstance(made.env.env, wrappers.ArrivalHistoryWrapper) and isinstance(made.env.env.env,
                                                                                     wrappers.HoldActions)
     assert made.env.observation_space(made.params).shape == (OBS_SIZE + 3 + AHEAD,)
     with pytest.raises(ValueError, match="keeps a memory of past intervals already"):
-        training_env(config, made.env.env)
+        config.build(made.env.env)
     with pytest.raises(ValueError, match="'forecast_intervals' = 15: the traffic forecast needs a serving env"):
-        training_env(PPOConfig(task=PERIODIC, forecast_intervals=AHEAD), probes.ActionReward())
+        ServingSetup.from_dict(dict(task=PERIODIC, forecast_intervals=AHEAD)).build(probes.ActionReward())
     with pytest.raises(ValueError, match="forecast_intervals"):
-        PPOConfig(task=PERIODIC).replace(forecast_intervals=-1)
+        ServingSetup.from_dict(dict(task=PERIODIC, forecast_intervals=-1))

@@ -10,8 +10,9 @@ import pytest
 import inferencegym_jax as ig
 from inferencegym_jax import evaluate, graders
 from inferencegym_jax.actions import BATCH_SIZES, KNOBS
-from inferencegym_jax.serving import goodput
-from inferencegym_jax.serving.types import OnTime, Sequences
+from inferencegym_jax.serving import engine, goodput
+from inferencegym_jax.serving.latency import FirstToken
+from inferencegym_jax.serving.types import OnTime, Queue, Sequences
 from inferencegym_jax.traffic import workload
 
 F = jnp.float32
@@ -46,6 +47,83 @@ def test_an_interval_above_a_class_tpot_slo_ends_that_class_good_status_only():
     np.testing.assert_allclose(left.seqs, [1.5, 3.0, 4.5], rtol=1e-6)
     assert float(left.late_seqs) == pytest.approx(6.0) and float(decoded.missed) == pytest.approx(2.0)
     assert float(decoded.good_tokens) == pytest.approx(0.25 * 1200.0)
+
+
+def pool(seqs: float, context: float, remaining: float) -> Sequences:
+    return Sequences(F(seqs), F(context), F(remaining))
+
+
+def admitted_queue(count: np.ndarray, output_per_request: float = 100.0) -> Queue:
+    """(3, A) admitted bins of `count` requests with 500 prompt and `output_per_request` output
+    tokens each."""
+    count = jnp.asarray(count, jnp.float32)
+    return Queue(count, 500.0 * count, output_per_request * count, 500.0**2 * count)
+
+
+@pytest.fixture(scope="module")
+def server_v1():
+    return ig.make("InferenceGym-Task3-v1")[1].server  # TTFT SLOs 0.5 / 2 / 8 s, 16 ages
+
+
+def test_admissions_within_their_class_ttft_slo_are_good_the_rest_and_the_readmitted_late(server_v1):
+    """A hand-computed case: each bin is judged by its TTFT centre against its own class's SLO,
+    at the SLO itself still good; empty bins add nothing wherever their TTFT lies."""
+    assert np.asarray(server_v1.ttft_slo_s).tolist() == [0.5, 2.0, 8.0]
+    count = np.zeros((3, 16), np.float32)
+    centre = np.full((3, 16), 100.0, np.float32)  # empty bins: far past every SLO
+    for (c, a), n, t in (((0, 0), 2.0, 0.3), ((0, 1), 3.0, 0.9), ((1, 2), 4.0, 2.0), ((2, 5), 5.0, 8.5)):
+        count[c, a], centre[c, a] = n, t
+    before = OnTime(jnp.asarray([1.0, 1.0, 1.0]), jnp.asarray([10.0, 10.0, 10.0]), F(0.5))
+    ttft = FirstToken(jnp.asarray(centre), jnp.zeros((3, 16)))
+    got = goodput.admit_on_time(before, admitted_queue(count), pool(1.5, 300.0, 60.0), ttft, server_v1)
+    np.testing.assert_allclose(got.seqs, [1.0 + 2.0, 1.0 + 4.0, 1.0], rtol=1e-6)  # 0.3 <= 0.5, 2.0 <= 2.0
+    np.testing.assert_allclose(got.remaining, [10.0 + 200.0, 10.0 + 400.0, 10.0], rtol=1e-6)
+    assert float(got.late_seqs) == pytest.approx(0.5 + 3.0 + 5.0 + 1.5)  # 0.9 > 0.5, 8.5 > 8, readmitted
+
+
+def test_admit_on_time_conserves_requests_and_a_later_first_token_only_moves_them_late(server_v1):
+    """Every admitted and readmitted request joins exactly one part, with its output if good;
+    delaying every first token never adds a good request (random bins, 5 draws)."""
+    rng = np.random.default_rng(0)
+    before = OnTime(jnp.asarray([0.5, 2.0, 1.0]), jnp.asarray([40.0, 300.0, 90.0]), F(3.0))
+    for _ in range(5):
+        count = rng.uniform(0.0, 4.0, (3, 16)).astype(np.float32) * (rng.uniform(size=(3, 16)) < 0.5)
+        centre = rng.uniform(0.0, 12.0, (3, 16)).astype(np.float32)
+        readmitted = pool(rng.uniform(0.0, 3.0), 200.0, 50.0)
+        queue = admitted_queue(count, output_per_request=float(rng.uniform(10.0, 500.0)))
+        got = goodput.admit_on_time(before, queue, readmitted, FirstToken(jnp.asarray(centre), jnp.zeros((3, 16))),
+                                    server_v1)
+        joined = np.sum(np.asarray(got.seqs) - np.asarray(before.seqs)) + float(got.late_seqs - before.late_seqs)
+        assert joined == pytest.approx(count.sum() + float(readmitted.seqs), rel=1e-5)
+        gained = np.asarray(got.remaining) - np.asarray(before.remaining)
+        assert np.all(np.asarray(got.seqs) >= np.asarray(before.seqs)) and np.all(gained >= 0.0)
+        assert gained.sum() <= float(jnp.sum(queue.output)) * (1 + 1e-6)
+        later = goodput.admit_on_time(before, queue, readmitted,
+                                      FirstToken(jnp.asarray(centre * 1.5), jnp.zeros((3, 16))), server_v1)
+        assert np.all(np.asarray(later.seqs) <= np.asarray(got.seqs) + 1e-6)
+        assert float(later.late_seqs) >= float(got.late_seqs) - 1e-5
+
+
+def test_kept_share_is_the_fraction_of_sequences_left_in_0_1():
+    assert float(goodput.kept_share(pool(10, 1000, 500), pool(4, 999, 1))) == pytest.approx(0.4)  # sequences only
+    assert float(goodput.kept_share(pool(10, 1000, 500), pool(10, 1000, 500))) == 1.0
+    assert float(goodput.kept_share(pool(0, 0, 0), pool(0, 0, 0))) == 0.0  # an empty pool: no NaN
+    assert float(goodput.kept_share(pool(5, 0, 0), pool(5.001, 0, 0))) == 1.0  # rounding above: clipped
+    shares = [float(goodput.kept_share(pool(8, 0, 0), pool(a, 0, 0))) for a in np.linspace(0.0, 8.0, 9)]
+    np.testing.assert_allclose(shares, np.linspace(0.0, 1.0, 9), rtol=1e-6)  # linear, so monotone
+
+
+def test_the_good_pool_shrinks_with_a_preemption_in_proportion_and_stays_a_partition():
+    """serve_interval scales the standing by kept_share after a preemption: the good and late
+    parts of a partitioned running pool still partition what the preemption left."""
+    before = pool(10, 1000, 500)
+    on_time = OnTime(jnp.asarray([2.0, 3.0, 4.0]), jnp.asarray([100.0, 150.0, 200.0]), F(1.0))  # 10 sequences
+    after, _, evicted = engine.preempt_to_fit(before, pool(0, 0, 0), F(600.0))
+    share = goodput.kept_share(before, after)
+    assert float(share) == pytest.approx(0.6) and float(evicted) == pytest.approx(4.0)
+    left = on_time.scaled(share)
+    assert float(jnp.sum(left.seqs) + left.late_seqs) == pytest.approx(float(after.seqs), rel=1e-6)
+    np.testing.assert_allclose(left.remaining, [60.0, 90.0, 120.0], rtol=1e-6)
 
 
 def flip_policy(small: int, large: int):

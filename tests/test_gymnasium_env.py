@@ -195,10 +195,11 @@ def test_step_and_reset_compile_once(short):
     vec = ge.GymnasiumVectorEnv(NUM_ENVS, TASK, params=params)
     vec.reset(seed=0)
     vec.step(np.tile(ACTION, (NUM_ENVS, 1)))
-    programs = [ge._start_batch, ge._step_batch]  # a GymnasiumEnv runs them on a batch of one
+    gym_programs = importlib.import_module("inferencegym_jax.interop.gym_programs")
+    programs = [gym_programs.start_batch, gym_programs.step_batch]  # a GymnasiumEnv runs them on a batch of one
     sizes = [p._cache_size() for p in programs]
     others = (ge.GymnasiumEnv(TASK, params=params), ge.GymnasiumEnv(GYM_ID, max_steps=HORIZON),
-              ge.GymnasiumEnv(1, workload={"base_rate": 3.0}))  # params or overrides: the same programs
+              ge.GymnasiumEnv(TASK, workload={"base_rate": 3.0}))  # params or overrides: the same programs
     for env_ in (one, *others):
         for seed in (1, None, 2**32 - 1):
             env_.reset(seed=seed)
@@ -357,15 +358,22 @@ def test_bad_input_names_what_was_typed(short):
         ge.GymnasiumVectorEnv(2, TASK, autoreset_mode=AutoresetMode.DISABLED)
 
 
-def test_without_gymnasium_the_import_says_how_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "gymnasium", None)  # what `import gymnasium` sees when it is missing
-    monkeypatch.delitem(sys.modules, "inferencegym_jax.interop.gymnasium_env")
-    with pytest.raises(ImportError, match=r'pip install "inferencegym_jax\[gymnasium\]"'):
-        importlib.import_module("inferencegym_jax.interop.gymnasium_env")
+GYMNASIUM_MODULES = ("gymnasium_env", "gym_single", "gym_vector", "gym_grading")  # those that import it
+
+
+@pytest.mark.parametrize("name", GYMNASIUM_MODULES)
+def test_without_gymnasium_the_import_says_how_to_install(monkeypatch, name):
+    for missing in ("gymnasium", "gymnasium.vector", "gymnasium.vector.utils"):
+        monkeypatch.setitem(sys.modules, missing, None)  # what `import gymnasium` sees when it is missing
+    for module in GYMNASIUM_MODULES:
+        monkeypatch.delitem(sys.modules, f"inferencegym_jax.interop.{module}")
+    message = rf'interop\.{name} needs gymnasium: pip install "inferencegym_jax\[gymnasium\]"'
+    with pytest.raises(ImportError, match=message):
+        importlib.import_module(f"inferencegym_jax.interop.{name}")
 
 
 def test_only_the_adapters_import_gymnasium():
-    """The core package stays light: gymnasium is imported by its adapter and the SB3 one only."""
+    """The core package stays light: gymnasium is imported by its adapters and the SB3 one only."""
     root = Path(importlib.util.find_spec("inferencegym_jax").submodule_search_locations[0])
     importers = []
     for path in root.rglob("*.py"):
@@ -374,4 +382,4 @@ def test_only_the_adapters_import_gymnasium():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             if any(n == "gymnasium" or n.startswith("gymnasium.") for n in names):
                 importers.append(path.name)
-    assert sorted(set(importers)) == ["gymnasium_env.py", "sb3_env.py"]
+    assert sorted(set(importers)) == sorted(f"{m}.py" for m in (*GYMNASIUM_MODULES, "sb3_env"))

@@ -110,15 +110,14 @@ def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
     with a stateless policy, refuses it."""
     from inferencegym_jax import evaluate
     from inferencegym_jax.server.core import checkpoint_policy
+    from inferencegym_jax.training_setup import from_dict, make_train
     from training.checkpoint import save_checkpoint
-    from training.config import PPOConfig
     from training.evaluation import evaluate_against_baselines
-    from training.ppo import make_train
     from training.sweep import graded_episodes
 
-    config = PPOConfig(task=TASK, history_windows=WINDOWS, history_window_intervals=WIDTH, action_mode="hold",
+    config = from_dict(dict(task=TASK, history_windows=WINDOWS, history_window_intervals=WIDTH, action_mode="hold",
                        default_logit=6.0, initial_action="best_static", num_envs=4, num_steps=2, num_minibatches=1,
-                       actor_widths=(8,), critic_widths=(8,))
+                       actor_widths=(8,), critic_widths=(8,)))
     trainer = make_train(config)
     assert isinstance(trainer.env, wrappers.ArrivalHistoryWrapper) and isinstance(trainer.env.env,
                                                                                   wrappers.HoldActions)
@@ -137,8 +136,7 @@ def test_ppo_trains_and_grades_a_history_policy_in_its_wrapper(tmp_path):
         checkpoint_policy(str(tmp_path / "run"), TASK, trainer.env_params)
     with pytest.raises(ValueError, match="'history_windows' = 4: the arrival history needs a serving env"):
         from training import probes
-        from training.envs import training_env
 
-        training_env(config.replace(action_mode="absolute"), probes.ActionReward())
+        config.replace(action_mode="absolute").setup.build(probes.ActionReward())
     with pytest.raises(ValueError, match="keeps a memory of past intervals already"):
-        training_env(config, trainer.env)
+        config.setup.build(trainer.env)

@@ -1,12 +1,10 @@
-"""training.imitation: the causal MPC's episodes played in the env PPO acts in (and the learner's,
-labelled by it), and the policy fitted to them before PPO."""
+"""Imitation before PPO: the serving setup's teachers (inferencegym_jax.training_setup.teachers: the
+causal MPC's or the switching rule's episodes played in the env PPO acts in, and the learner's
+labelled by them) and training.imitation's fit of the policy to them."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -14,11 +12,12 @@ import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, graders
 from inferencegym_jax.actions import indices_from_action
 from inferencegym_jax.control import mpc, switch_rule
+from inferencegym_jax.training_setup import ServingSetup, TrainConfig, load_config, make_train
+from inferencegym_jax.training_setup.teachers import ControllerTeacher, mpc_teacher
 from training import probes
-from training.config import PPOConfig, load_config
-from training.imitation import RuleTeacher
+from training.config import PPOConfig
 from training.networks import ActorCritic, policy_distribution
-from training.ppo import Trainer, make_train
+from training.ppo import Trainer
 
 TASK = "InferenceGym-Task2-v1"
 STEPS, EPISODES = 12, 4
@@ -31,7 +30,7 @@ def short_task():
     return ig.make(TASK, max_steps=STEPS)
 
 
-def _config(**changes) -> PPOConfig:
+def _config(**changes) -> TrainConfig:
     return load_config("ppo_task2_v1", num_envs=8, num_steps=STEPS, num_updates=1, num_minibatches=2,
                        update_epochs=1, history_windows=2, history_window_intervals=3, forecast_intervals=4,
                        imitation_episodes=EPISODES, imitation_epochs=300, **changes)
@@ -44,8 +43,8 @@ def trainer(short_task):
 
 @pytest.fixture(scope="module")
 def demos(trainer):
-    """The teacher of `trainer` (the wrapped env), with the MPC at its smallest, on key 3."""
-    small = dataclasses.replace(trainer.teacher, horizon=HORIZON, samples=SAMPLES)
+    """The teacher of `trainer`'s kind (the MPC in the wrapped env), at its smallest, on key 3."""
+    small = mpc_teacher(trainer.env, trainer.env_params, TASK, EPISODES, HORIZON, SAMPLES)
     return small, jax.jit(small)(jax.random.key(3))
 
 
@@ -54,13 +53,13 @@ def test_the_teacher_plays_the_mpc_episode_in_the_wrapped_env(short_task, traine
     teacher, demos = demos
     assert teacher.env == trainer.env and teacher.episodes == EPISODES
     assert demos.obs.shape == (EPISODES, STEPS, trainer.obs_dim)
-    cands = jnp.asarray(teacher.candidates, jnp.int32)
+    candidates = {tuple(a) for a in np.asarray(teacher.controller.candidates).tolist()}
     keys = jax.random.split(jax.random.key(3), EPISODES)
-    traj = jax.jit(jax.vmap(lambda k: mpc.run_mpc_episode(env, params, cands, k, STEPS, HORIZON, SAMPLES, False,
-                                                          graders.grader_name(TASK))))(keys)
-    # The MPC's own episode (mpc.run_mpc_episode): its actions (grid indices, candidates only) and rewards.
+    ctrl = mpc.controller(env, params, TASK, mpc.MPCConfig(horizon=HORIZON, samples=SAMPLES))
+    traj = jax.jit(jax.vmap(lambda k: evaluate.run_episode(env, params, ctrl, k, STEPS)))(keys)
+    # The MPC's own episode (evaluate.run_episode): its actions (grid indices, candidates only) and rewards.
     np.testing.assert_array_equal(np.asarray(demos.action), np.asarray(indices_from_action(traj.action)))
-    assert {tuple(a) for a in np.asarray(demos.action).reshape(-1, 5).tolist()} <= set(teacher.candidates)
+    assert {tuple(a) for a in np.asarray(demos.action).reshape(-1, 5).tolist()} <= candidates
     np.testing.assert_allclose(np.asarray(demos.reward), np.asarray(traj.reward), rtol=1e-5, atol=1e-6)
     # ... seen through the wrappers: the first observation is the wrapped env's reset observation.
     first, _ = trainer.env.reset_env(jax.random.split(keys[0], 3)[0], params)
@@ -72,14 +71,15 @@ def test_the_teacher_plays_the_mpc_episode_in_the_wrapped_env(short_task, traine
 def test_a_dagger_episode_is_the_learners_labelled_by_the_mpc(short_task, trainer, demos):
     env, params = short_task
     teacher, own = demos
-    best = np.asarray(teacher.candidates[0], np.int32)  # the best static configuration
+    best = np.asarray(teacher.controller.candidates[0], np.int32)  # the best static configuration
     learner = jax.jit(lambda k: teacher(k, act=baselines.fixed_policy(best)))(jax.random.key(3))
     fixed = jax.jit(jax.vmap(lambda k: evaluate.run_episode(trainer.env, params, baselines.fixed_policy(best), k,
                                                             STEPS)))(jax.random.split(jax.random.key(3), EPISODES))
     np.testing.assert_allclose(np.asarray(learner.reward), np.asarray(fixed.reward), rtol=1e-5, atol=1e-6)
     # Labels are the MPC's choices in the learner's states: at t = 0 the state is the MPC's own.
     np.testing.assert_array_equal(np.asarray(learner.action[:, 0]), np.asarray(own.action[:, 0]))
-    assert {tuple(a) for a in np.asarray(learner.action).reshape(-1, 5).tolist()} <= set(teacher.candidates)
+    candidates = {tuple(a) for a in np.asarray(teacher.controller.candidates).tolist()}
+    assert {tuple(a) for a in np.asarray(learner.action).reshape(-1, 5).tolist()} <= candidates
     np.testing.assert_array_equal(np.asarray(learner.obs[:, 0]), np.asarray(own.obs[:, 0]))
 
 
@@ -115,20 +115,22 @@ def test_imitation_needs_grid_actions_and_a_serving_env():
     with pytest.raises(ValueError, match="'imitation_episodes' = 4 needs action_mode = 'absolute'"):
         _config(action_mode="hold")
     with pytest.raises(ValueError, match="'imitation_episodes' = -4 out of range"):
-        PPOConfig().replace(imitation_episodes=-4)
+        ServingSetup.from_dict({"imitation_episodes": -4})
     with pytest.raises(ValueError, match="'imitation_horizon' = 0 out of range"):
-        PPOConfig().replace(imitation_horizon=0)
+        ServingSetup.from_dict({"imitation_horizon": 0})
     with pytest.raises(ValueError, match="'imitation_samples' = 0 out of range"):
-        PPOConfig().replace(imitation_samples=0)
-    assert PPOConfig().imitation_horizon == mpc.HORIZON
+        ServingSetup.from_dict({"imitation_samples": 0})
+    assert ServingSetup().imitation_horizon == mpc.HORIZON
     # What an older checkpoint's teacher ran (and the shipped task 3-v1 and 4-v1 imitations).
-    assert PPOConfig().imitation_samples == 4
+    assert ServingSetup().imitation_samples == 4
     # The config reaches the teacher (7 and 5: no default of either).
     teacher = make_train(_config(imitation_horizon=7, imitation_samples=5), *ig.make(TASK, max_steps=STEPS)).teacher
-    assert (teacher.horizon, teacher.samples) == (7, 5)
+    assert isinstance(teacher, ControllerTeacher) and teacher.episodes == EPISODES
+    assert (teacher.controller.config.horizon, teacher.controller.config.samples) == (7, 5)
     probe = probes.ObservationReward()
+    setup = TrainConfig(PPOConfig(num_envs=4, num_steps=4, num_minibatches=1), ServingSetup(imitation_episodes=2))
     with pytest.raises(ValueError, match="config key 'imitation_episodes' = 2: imitating the mpc needs a serving env"):
-        make_train(PPOConfig(imitation_episodes=2, num_envs=4, num_steps=4, num_minibatches=1), probe)
+        make_train(setup, probe)
 
 
 @pytest.mark.slow
@@ -138,10 +140,10 @@ def test_the_rule_teacher_plays_the_rule_episode_and_labels_the_learners(short_t
     other = best.copy()
     other[2] = 2  # another batch size
     rule = switch_rule.make_rule(best, other, 1.0, 0.0, window=3)  # switches once prompt tokens arrive
-    teacher = RuleTeacher(trainer.env, params, EPISODES, rule)
+    teacher = ControllerTeacher(trainer.env, params, EPISODES, rule)
     own = jax.jit(teacher)(jax.random.key(5))
     keys = jax.random.split(jax.random.key(5), EPISODES)
-    traj = jax.jit(jax.vmap(lambda k: switch_rule.run_rule_episode(env, params, rule, k, STEPS)))(keys)
+    traj = jax.jit(jax.vmap(lambda k: evaluate.run_episode(env, params, rule, k, STEPS)))(keys)
     np.testing.assert_array_equal(np.asarray(own.action), np.asarray(indices_from_action(traj.action)))
     assert len({tuple(a) for a in np.asarray(own.action).reshape(-1, 5).tolist()}) == 2
     np.testing.assert_allclose(np.asarray(own.reward), np.asarray(traj.reward), rtol=1e-5, atol=1e-6)
@@ -154,9 +156,9 @@ def test_the_rule_teacher_plays_the_rule_episode_and_labels_the_learners(short_t
 @pytest.mark.slow
 def test_the_switch_rule_teacher_is_the_rule_the_baseline_selects(short_task):
     with pytest.raises(ValueError, match="'imitation_teacher' = 'oracle' out of range"):
-        PPOConfig().replace(imitation_teacher="oracle")
+        ServingSetup.from_dict({"imitation_teacher": "oracle"})
     env, params = short_task
     teacher = make_train(_config(imitation_teacher="switch_rule"), env, params).teacher
-    assert isinstance(teacher, RuleTeacher) and teacher.episodes == EPISODES
+    assert isinstance(teacher, ControllerTeacher) and teacher.episodes == EPISODES
     rule, _ = switch_rule.select(env, params, TASK)
-    assert teacher.rule.describe() == rule.describe()
+    assert teacher.controller.describe() == rule.describe()

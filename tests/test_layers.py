@@ -15,7 +15,8 @@ from pathlib import Path
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.numerics", "inferencegym_jax.files", "inferencegym_jax.profiles", "inferencegym_jax.spaces"),
     ("inferencegym_jax.xla_ops",),
-    ("inferencegym_jax.perf_model", "inferencegym_jax.traffic.sampling", "inferencegym_jax.actions"),
+    ("inferencegym_jax.perf_model", "inferencegym_jax.traffic.sampling", "inferencegym_jax.actions",
+     "inferencegym_jax.protocols"),
     ("inferencegym_jax.traffic.workload",),
     ("inferencegym_jax.traffic",),
     ("inferencegym_jax.serving",),
@@ -25,12 +26,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.env",),
     ("inferencegym_jax.tasks",),
     ("inferencegym_jax.sharding", "inferencegym_jax.graders", "inferencegym_jax.evaluate"),
-    ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control",
-     "inferencegym_jax.refined_oracle"),
+    ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
-     "inferencegym_jax.interop.gymnasium_env"),
+     "inferencegym_jax.interop.gymnasium_env", "inferencegym_jax.interop.gym_grading",
+     "inferencegym_jax.interop.gym_vector", "inferencegym_jax.interop.gym_single",
+     "inferencegym_jax.interop.gym_host", "inferencegym_jax.interop.gym_programs"),
     ("inferencegym_jax.interop",),
     ("training",),
+    ("inferencegym_jax.training_setup",),  # builds what training trains on: the serving env, its teacher
     ("inferencegym_jax.server",),
     ("inferencegym_jax.cli",),
 )
@@ -120,6 +123,36 @@ def test_imports_have_no_cycles():
     for node in sorted(edges):
         if node not in state:
             visit(node, [node])
+
+
+# What training (env-agnostic: it trains any env with the gymnax call shape) must not import: the
+# controllers and the serving setup that builds the env and the imitation teacher for it.
+TRAINER_FORBIDDEN = ("inferencegym_jax.control", "inferencegym_jax.training_setup")
+
+
+def serving_imports_of_trainer(edges: dict[str, set[str]]) -> list[str]:
+    """"module imports dep" for every training module importing a TRAINER_FORBIDDEN module."""
+    return sorted(f"{module} imports {dep}" for module, deps in edges.items()
+                  if module == "training" or module.startswith("training.")
+                  for dep in deps if any(dep == f or dep.startswith(f + ".") for f in TRAINER_FORBIDDEN))
+
+
+def test_the_trainer_imports_no_serving_code():
+    """training/ is free of serving code: neither the controllers nor the serving setup."""
+    found = serving_imports_of_trainer(graph())
+    assert not found, "\n".join(found)
+
+
+def test_the_trainer_check_sees_a_serving_import(tmp_path):
+    """Not vacuous: a training module importing the MPC, or the setup, is reported."""
+    path = tmp_path / "fake.py"
+    path.write_text("from inferencegym_jax.control import mpc\n"
+                    "def f():\n    from inferencegym_jax.training_setup.teachers import mpc_teacher\n")
+    edges = {"training.fake": imports_of(path, "training.fake")}
+    assert serving_imports_of_trainer(edges) == [
+        "training.fake imports inferencegym_jax.control", "training.fake imports inferencegym_jax.control.mpc",
+        "training.fake imports inferencegym_jax.training_setup.teachers",
+        "training.fake imports inferencegym_jax.training_setup.teachers.mpc_teacher"]
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):

@@ -14,10 +14,18 @@ import pytest
 import inferencegym_jax as ig
 from inferencegym_jax import baselines, evaluate, graders
 from inferencegym_jax.actions import KNOBS
-from inferencegym_jax.control import mpc, switch_rule
+from inferencegym_jax.control import mpc, mpc_planning, mpc_rollout, switch_rule
 
 TASK = "InferenceGym-Task2-v0"
 STEPS, HORIZON = 12, 3
+
+
+def run_mpc(env, params, task_id, key, episodes, *, candidates=None, base=None, num_steps=None, **settings):
+    """mpc.run_mpc_episodes of the controller with these settings (mpc.MPCConfig's fields)."""
+    ctrl = mpc.controller(env, params, task_id, mpc.MPCConfig(**settings), candidates=candidates, base=base,
+                          num_steps=num_steps)
+    return mpc.run_mpc_episodes(ctrl, params, key, episodes)
+
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +50,7 @@ def test_one_candidate_is_that_fixed_configuration_on_the_same_episodes(task):
     best = mpc.candidate_actions(env, params, TASK)[:1]
     key = evaluate.evaluation_key(2)
     for clairvoyant in (True, False):
-        traj = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=clairvoyant, horizon=HORIZON, samples=2,
+        traj = run_mpc(env, params, TASK, key, 8, clairvoyant=clairvoyant, horizon=HORIZON, samples=2,
                                     candidates=best, num_steps=STEPS)
         fixed = evaluate.run_episodes(env, params, baselines.fixed_policy(best[0]), key, 8, num_steps=STEPS)
         np.testing.assert_allclose(np.asarray(traj.reward), np.asarray(fixed.reward), rtol=2e-5, atol=1e-6)
@@ -53,9 +61,9 @@ def test_the_oracle_plans_on_the_episodes_future_and_the_causal_mpc_does_not():
     _, k_env, k_plan = jax.random.split(jax.random.key(5), 3)
     steps = jax.random.key_data(jax.vmap(lambda t: jax.random.fold_in(k_env, t))(np.arange(40)))  # the episode's
     for t in (0, 7, 30):
-        oracle = jax.random.key_data(mpc.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=True))
+        oracle = jax.random.key_data(mpc_planning.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=True))
         np.testing.assert_array_equal(oracle[0], steps[t:t + HORIZON])
-        causal = jax.random.key_data(mpc.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=False))
+        causal = jax.random.key_data(mpc_planning.future_keys(k_env, k_plan, t, HORIZON, 4, clairvoyant=False))
         assert causal.shape[:2] == (4, HORIZON)
         flat = {tuple(k) for k in causal.reshape(-1, causal.shape[-1]).tolist()}
         assert len(flat) == 4 * HORIZON and not flat & {tuple(k) for k in steps.tolist()}
@@ -66,19 +74,19 @@ def test_controllers_are_reproducible_and_the_oracle_beats_a_fixed_bad_configura
     key = evaluate.evaluation_key(4)
     cands = mpc.candidate_actions(env, params, TASK)
     bad = cands[[i for i, c in enumerate(cands) if c[2] == 0][0]]  # batch size 1
-    a = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
+    a = run_mpc(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
                              candidates=np.stack([bad, cands[0]]))
-    b = mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
+    b = run_mpc(env, params, TASK, key, 8, clairvoyant=True, horizon=HORIZON, num_steps=STEPS,
                              candidates=np.stack([bad, cands[0]]))
     jax.tree_util.tree_map(np.testing.assert_array_equal, a, b)
     fixed_bad = evaluate.run_episodes(env, params, baselines.fixed_policy(bad), key, 8, num_steps=STEPS)
     assert float(np.mean(a.reward)) > float(np.mean(fixed_bad.reward))
     with pytest.raises(ValueError, match="horizon=0"):
-        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, horizon=0)
+        run_mpc(env, params, TASK, key, 8, clairvoyant=True, horizon=0)
     with pytest.raises(ValueError, match="objective='score'"):
-        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, objective="score")
+        run_mpc(env, params, TASK, key, 8, clairvoyant=True, objective="score")
     with pytest.raises(ValueError, match="replan_every=0"):
-        mpc.run_mpc_episodes(env, params, TASK, key, 8, clairvoyant=True, replan_every=0)
+        run_mpc(env, params, TASK, key, 8, clairvoyant=True, replan_every=0)
 
 
 @pytest.mark.parametrize("clairvoyant", [True, False])
@@ -88,7 +96,7 @@ def test_move_blocking_plans_every_dth_interval_and_holds_in_between(task, clair
     env, params = task
     key = evaluate.evaluation_key(6)
     cands = mpc.candidate_actions(env, params, TASK)
-    run = functools.partial(mpc.run_mpc_episodes, env, params, TASK, key, 8, clairvoyant=clairvoyant,
+    run = functools.partial(run_mpc, env, params, TASK, key, 8, clairvoyant=clairvoyant,
                             horizon=HORIZON, samples=2, num_steps=STEPS, candidates=cands)
 
     def applied(traj):  # (episodes, time, 5) applied knob values
@@ -118,7 +126,7 @@ def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_tha
     keys = jax.vmap(lambda t: jax.random.fold_in(k_env, t))(jnp.arange(STEPS))
     past = {k: jnp.float32(0.0) for k in graders.SUM_FIELDS}
     valid = jnp.ones(STEPS, bool)
-    got = mpc._window_grade(env, params, state, action, keys, valid=valid, past=past, grader=grader,
+    got = mpc_rollout._window_grade(env, params, state, action, keys, valid=valid, past=past, grader=grader,
                             is_open=jnp.asarray(False))
     assert float(got) == pytest.approx(float(want), rel=1e-5, abs=1e-6)
     # split after 5 intervals: the first part's sums as the past, the rest rolled out
@@ -126,10 +134,10 @@ def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_tha
     past = graders.episode_sums(jax.tree_util.tree_map(lambda x: x[0], first), params)
     mid, _ = jax.lax.scan(lambda s, k: (env.step_env(k, s, action, params)[1], None), state, keys[:5])
     past = {**past, "pairs": past["pairs"] + 1.0}  # the pair of intervals across the split
-    rest = mpc._window_grade(env, params, mid, action, keys[5:], valid=valid[5:], past=past, grader=grader,
+    rest = mpc_rollout._window_grade(env, params, mid, action, keys[5:], valid=valid[5:], past=past, grader=grader,
                              is_open=jnp.asarray(False))
     assert float(rest) == pytest.approx(float(want), rel=1e-5, abs=1e-6)
-    open_end = mpc._window_grade(env, params, state, action, keys, valid=valid,
+    open_end = mpc_rollout._window_grade(env, params, state, action, keys, valid=valid,
                                  past={k: jnp.float32(0.0) for k in past}, grader=grader, is_open=jnp.asarray(True))
     assert float(open_end) <= float(got) + 1e-6
 
@@ -147,26 +155,26 @@ def test_a_causal_plan_on_a_replayed_trace_replays_its_recent_past():
         return jax.lax.scan(body, state, None, steps)
 
     state, seen = counts(state, now)
-    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), now, horizon, 1, clairvoyant=False)[0]
-    planned = mpc._planning_state(state, params, keys, False, 600, horizon)
+    keys = mpc_planning.future_keys(jax.random.key(1), jax.random.key(2), now, horizon, 1, clairvoyant=False)[0]
+    planned = mpc_planning._planning_state(state, params, keys, False, 600, horizon)
     _, forecast = counts(planned, horizon)
     np.testing.assert_array_equal(np.asarray(forecast), np.asarray(seen[now - horizon:]))
     assert float(np.sum(seen)) > 0  # the trace's own arrivals, not an empty stretch
-    assert mpc._planning_state(state, params, keys, True, 600, horizon) is state  # the oracle replays its own
+    assert mpc_planning._planning_state(state, params, keys, True, 600, horizon) is state  # the oracle replays its own
 
 
 def test_a_trace_with_no_past_to_replay_forecasts_from_other_stretches_of_it():
     env, params = ig.make("InferenceGym-Task4-v1")
     _, state = env.reset_env(jax.random.key(0), params)
     state = state.replace(workload=state.workload.replace(phase_s=jnp.float32(2.0)))  # 2 s into the trace
-    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 0, HORIZON, 4, clairvoyant=False)
-    phases = [float(mpc._planning_state(state, params, k, False, 600, HORIZON).workload.phase_s) for k in keys]
+    keys = mpc_planning.future_keys(jax.random.key(1), jax.random.key(2), 0, HORIZON, 4, clairvoyant=False)
+    phases = [float(mpc_planning._planning_state(state, params, k, False, 600, HORIZON).workload.phase_s) for k in keys]
     assert len(set(phases)) == 4 and all(p >= 0.0 for p in phases)
 
 
 @pytest.mark.slow
 def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
-    """scripts/mpc_gap.py (the README's controller tables): best_static, oracle, refined oracle and
+    """experiments/mpc_gap.py (the README's controller tables): best_static, oracle, refined oracle and
     causal rows with the grader's components and configuration changes, planning every
     `--replan-every` intervals (so at most episode / D - 1 changes; refined in blocks of D, as
     many), written to --json."""
@@ -175,7 +183,7 @@ def test_mpc_gap_script_writes_the_rows_it_prints(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
+    script = Path(__file__).resolve().parents[1] / "experiments" / "mpc_gap.py"
     out = tmp_path / "gap.json"
     printed = subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--horizon", "2",
                               "--samples", "1", "--replan-every", "50", "--refine-block", "50", "--json", str(out)],
@@ -203,7 +211,7 @@ def test_mpc_gap_script_adds_the_switching_rule_it_selected(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "mpc_gap.py"
+    script = Path(__file__).resolve().parents[1] / "experiments" / "mpc_gap.py"
     out = tmp_path / "rule.json"
     subprocess.run([sys.executable, str(script), "--task", "2", "--episodes", "2", "--rule-episodes", "2",
                     "--no-mpc", "--rollout", "--samples", "2", "--horizon", "3", "--json", str(out)],
@@ -245,7 +253,7 @@ def test_a_rollout_controller_that_sees_the_future_never_does_worse_than_its_bas
         return np.asarray(graders.grade_episodes(traj, params, grader, 0.0, 1.0, 0.0, 1.0).score)
 
     base = grades(switch_rule.run_rule_episodes(env, params, rule, key, 8, num_steps=STEPS))
-    rollout = grades(mpc.run_mpc_episodes(env, params, env_id, key, 8, clairvoyant=True, horizon=STEPS,
+    rollout = grades(run_mpc(env, params, env_id, key, 8, clairvoyant=True, horizon=STEPS,
                                           num_steps=STEPS, candidates=np.stack([rule.low, rule.high]), base=rule))
     assert np.all(rollout >= base - 1e-5)
     assert np.max(rollout - base) > 0.01
@@ -262,7 +270,7 @@ def test_an_unreachable_margin_leaves_the_base_policy_in_charge(task):
     key = evaluate.evaluation_key(6)
     rule = poor_rule(env, params, TASK, key, 4)
     ruled = switch_rule.run_rule_episodes(env, params, rule, key, 4, num_steps=STEPS)
-    run = functools.partial(mpc.run_mpc_episodes, env, params, TASK, key, 4, clairvoyant=False, horizon=HORIZON,
+    run = functools.partial(run_mpc, env, params, TASK, key, 4, clairvoyant=False, horizon=HORIZON,
                             samples=4, num_steps=STEPS, base=rule)
     inside = STEPS - HORIZON  # the intervals whose rollouts end before the episode does
     held = jax.tree_util.tree_map(lambda x: x[:, :inside], run(margin=1e9))
@@ -282,4 +290,4 @@ def test_a_margin_needs_a_base_policy_and_sampled_futures(task):
                (2.0, {"base": rule, "clairvoyant": True}), (2.0, {"base": rule, "samples": 1}))
     for margin, kwargs in refused:
         with pytest.raises(ValueError, match=f"margin={margin}"):
-            mpc.run_mpc_episodes(env, params, TASK, key, 2, **{"clairvoyant": False, **kwargs}, margin=margin)
+            run_mpc(env, params, TASK, key, 2, **{"clairvoyant": False, **kwargs}, margin=margin)

@@ -5,8 +5,8 @@ The kernel starts in a temporary folder (the notebook writes its run there), wit
 absolute, so a checkout run with PYTHONPATH=. imports the checkout and an installed run imports
 site-packages (checked in the kernel when INFERENCEGYM_REQUIRE_INSTALLED is set, as conftest does
 here). A cell after the notebook's "parameters" cell (the papermill convention) grades one
-baseline instead of four, which saves three compiled evaluation programs; everything else runs as
-a user runs it.
+baseline (best_static, the reference of the paired columns) instead of four, which saves three
+compiled evaluation programs; everything else runs as a user runs it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import inferencegym_jax
 if os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED"):
     assert "site-packages" in inferencegym_jax.__file__, inferencegym_jax.__file__
 print("package:", inferencegym_jax.__file__)
-BASELINE_NAMES = ["vllm_default"]
+BASELINE_NAMES = ["best_static"]
 """
 
 
@@ -77,8 +77,9 @@ def test_the_quickstart_notebook_runs(tmp_path, monkeypatch):
     assert "site-packages" in _texts(cells[at]) or not os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED")
     tables = [_texts(c) for c in cells if "episodes" in _texts(c) and "score" in _texts(c)]
     assert len(tables) == 2, tables  # the baselines' table, then the graded one with ppo
-    assert "vllm_default" in tables[0] and "ppo" not in tables[0]
-    assert "vllm_default" in tables[1] and "ppo" in tables[1]
+    assert "best_static" in tables[0] and "ppo" not in tables[0]
+    assert "best_static" in tables[1] and "ppo" in tables[1]
+    assert "minus_best_static" in tables[1] and "paired_ci95" in tables[1]  # PPO paired with best_static
     printed = "".join(_texts(c) for c in cells)
     assert "100 updates, 204,800 env steps" in printed and "ppo, held-out episode 0: score " in printed
     assert len(_images(cells)) == 2  # the reward curve and the episode

@@ -13,9 +13,9 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax import wrappers
+from inferencegym_jax.training_setup import TrainConfig, make_train
+from inferencegym_jax.training_setup import from_dict as serving_config
 from training import probes
-from training.config import PPOConfig
-from training.envs import training_env
 from training.networks import (
     MASKED_LOGIT,
     ActionLayout,
@@ -25,7 +25,17 @@ from training.networks import (
     sample_actions,
 )
 from training.normalize import RunningStats
-from training.ppo import Trainer, compute_gae, make_train
+from training.ppo import Trainer, compute_gae
+
+
+def _config(**keys) -> TrainConfig:
+    """A training config of a serving task: PPOConfig and serving setup keys together."""
+    return serving_config(keys)
+
+
+def training_env(config: TrainConfig, env=None, env_params=None):
+    """What the config's serving setup builds (the env in its layout, prior, warm-up action)."""
+    return config.setup.build(env, env_params)
 
 
 def _gae_reference(r, v, nv, term, done, gamma, lam):
@@ -108,7 +118,7 @@ def test_orthogonal_init_is_flaxs_without_lapack(shape):
 def test_vmapped_training_program_calls_no_lapack():
     # jaxlib's LAPACK QR deadlocks XLA:CPU when several vmapped QRs run at once
     # (scripts/lapack_qr_deadlock.py); a sweep vmaps `train`, network initialisation included.
-    config = PPOConfig(task="InferenceGym-Task1-v0", num_envs=4, num_steps=2, num_updates=1, update_epochs=1,
+    config = _config(task="InferenceGym-Task1-v0", num_envs=4, num_steps=2, num_updates=1, update_epochs=1,
                        num_minibatches=1, actor_widths=(8, 8), critic_widths=(8, 8))
     trainer = make_train(config)
     keys = jnp.stack([trainer.root_key()] * 4)
@@ -121,7 +131,7 @@ def test_vmapped_training_program_calls_no_lapack():
 
 
 def test_short_run_on_task1_is_finite_reproducible_and_traces_once():
-    config = PPOConfig(task="InferenceGym-Task1-v0", num_envs=8, num_steps=4, num_updates=2, update_epochs=1,
+    config = _config(task="InferenceGym-Task1-v0", num_envs=8, num_steps=4, num_updates=2, update_epochs=1,
                        num_minibatches=2, actor_widths=(16,), critic_widths=(16,), desync_envs=True)
     trainer = make_train(config)
     trainer.update_step = chex.assert_max_traces(trainer.update_step, n=1)
@@ -148,7 +158,7 @@ def _assert_initial_mode_keeps_the_default_configuration(trainer, nvec):
     """Relative and hold modes act through a wrapper of the task, and default_logit makes "keep
     the knobs in force" the initial mode: from reset, the task's default configuration."""
     env, params = trainer.env, trainer.env_params
-    assert isinstance(env, wrappers.KnobActions) and env.action_mode == trainer.config.action_mode
+    assert isinstance(env, wrappers.KnobActions) and env.action_mode == trainer.env_config.action_mode
     assert trainer.nvec == trainer.layout.nvec == nvec
     obs, state = env.reset(jax.random.key(0), params)
     runner = trainer.jit_init(trainer.root_key())
@@ -160,14 +170,14 @@ def _assert_initial_mode_keeps_the_default_configuration(trainer, nvec):
 
 
 def test_relative_mode_trains_through_the_relative_wrapper():
-    config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="relative", default_logit=2.0, num_envs=4,
+    config = _config(task="InferenceGym-Task2-v0", action_mode="relative", default_logit=2.0, num_envs=4,
                        num_steps=2, num_minibatches=1)
     # down / stay / up for kv_budget, spec_length, batch_size
     _assert_initial_mode_keeps_the_default_configuration(make_train(config), (3, 3, 3, 1, 1))
 
 
 def test_hold_mode_trains_through_the_hold_wrapper():
-    config = PPOConfig(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
+    config = _config(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
                        num_steps=2, num_minibatches=1)
     # hold + the grid, for kv_budget, spec_length, batch_size
     _assert_initial_mode_keeps_the_default_configuration(make_train(config), (11, 6, 14, 1, 1))
@@ -175,7 +185,7 @@ def test_hold_mode_trains_through_the_hold_wrapper():
 
 def test_given_envs_are_trained_in_the_configs_layout():
     env, params = ig.make("InferenceGym-Task2-v0")
-    hold = PPOConfig(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
+    hold = _config(task="InferenceGym-Task2-v0", action_mode="hold", default_logit=3.0, num_envs=4,
                      num_steps=2, num_minibatches=1)
     made, given = training_env(hold), training_env(hold, env)  # a plain serving env is wrapped
     assert isinstance(given.env, wrappers.HoldActions) and given.env.env is env
@@ -191,7 +201,7 @@ def test_given_envs_are_trained_in_the_configs_layout():
     probe = training_env(hold.replace(action_mode="absolute"), probes.ActionReward())  # no prior on a probe
     assert probe.initial_action is None and probe.warmup_action.tolist() == [0, 0]
     with pytest.raises(ValueError, match=r"initial_action = \[5, 0\] is not an int vector in the env's action"):
-        Trainer(hold, probe.env, probe.params, initial_action=np.asarray([5, 0]), initial_logit=1.0)
+        Trainer(hold.ppo, probe.env, probe.params, initial_action=np.asarray([5, 0]), initial_logit=1.0)
 
 
 @pytest.mark.parametrize(("initial_action", "action_mode"),
@@ -200,7 +210,7 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
     from inferencegym_jax import graders
 
     task = "InferenceGym-Task2-v0"
-    config = PPOConfig(task=task, default_logit=2.0, initial_action=initial_action, action_mode=action_mode,
+    config = _config(task=task, default_logit=2.0, initial_action=initial_action, action_mode=action_mode,
                        num_envs=4, num_steps=2, num_minibatches=1)
     trainer = make_train(config)
     env, params = trainer.env, trainer.env_params
@@ -223,7 +233,7 @@ def test_initial_policy_plays_the_chosen_configuration(initial_action, action_mo
 @pytest.mark.slow
 @pytest.mark.parametrize("version, history_windows", [(0, 0), (1, 2)])
 def test_burst_phase_script_reads_a_checkpoint(tmp_path, version, history_windows):
-    """scripts/burst_phases.py grades a checkpoint's policy with knobs replaced, a policy of the
+    """experiments/burst_phases.py grades a checkpoint's policy with knobs replaced, a policy of the
     serving env (v0) and one of the arrival-history wrapper (v1), which acts in the wrapper."""
     import subprocess
     import sys
@@ -231,12 +241,12 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path, version, history_window
 
     from training.checkpoint import save_checkpoint
 
-    config = PPOConfig(task=f"InferenceGym-Task2-v{version}", num_envs=4, num_steps=2, num_updates=1,
+    config = _config(task=f"InferenceGym-Task2-v{version}", num_envs=4, num_steps=2, num_updates=1,
                        update_epochs=1, num_minibatches=1, actor_widths=(8,), critic_widths=(8,),
                        history_windows=history_windows)
     trainer = make_train(config)
     save_checkpoint(tmp_path / "run", trainer, trainer.jit_init(trainer.root_key()))
-    script = Path(__file__).resolve().parents[1] / "scripts" / "burst_phases.py"
+    script = Path(__file__).resolve().parents[1] / "experiments" / "burst_phases.py"
     out = subprocess.run([sys.executable, str(script), "--task", "2", "--version", str(version), "--episodes", "4",
                           "--specs", "1", "--batches", "7", "--checkpoint", str(tmp_path / "run"),
                           "--switch", "batch_size=8", "--switch-fraction", "0", "1"],
@@ -248,45 +258,42 @@ def test_burst_phase_script_reads_a_checkpoint(tmp_path, version, history_window
     # never switched: the best static configuration itself, up to float rounding across programs
     assert re.search(r"\| batch_size \| 128 \| 0% \| 0\.\d{4} \| [+-]0\.0000 ± 0\.0000 \|", out), out
     if history_windows:  # the wrapper's policy reads the arrival-rate EMA off its flat observation
-        import importlib.util
+        # experiments/burst_phases.py is a script, run from its folder in a subprocess
+        check = f"""
+import jax, jax.numpy as jnp, numpy as np
+import burst_phases
+import inferencegym_jax as ig
+from inferencegym_jax import observation
+from inferencegym_jax.training_setup import make_train, read_config
+env, params = ig.make({config.task!r})
+_, arrival_rate, _ = burst_phases.trained_policy({str(tmp_path / "run")!r}, env, params, 4,
+                                                  jax.random.split(jax.random.key(0), 2))
+wrapped = make_train(read_config({str(tmp_path / "run")!r})).env
+obs, state = wrapped.reset(jax.random.key(0), params)
+for t in range(30):  # into the periodic burst's rise, below the peak rate the observation clips at
+    obs, state, *_ = wrapped.step(jax.random.key(t + 1), state, jnp.asarray([9, 1, 7, 0, 0]), params)
+    np.testing.assert_allclose(arrival_rate(obs), observation.observe(state.env_state).arrival_rate_ema, rtol=1e-5)
+"""
+        subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, check=True, cwd=script.parent)
 
-        from inferencegym_jax import observation
 
-        spec = importlib.util.spec_from_file_location("burst_phases", script)
-        burst_phases = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(burst_phases)
-        env, params = ig.make(config.task)
-        keys = jax.random.split(jax.random.key(0), 2)
-        _, arrival_rate, _ = burst_phases.trained_policy(str(tmp_path / "run"), env, params, 4, keys)
-        obs, state = trainer.env.reset(jax.random.key(0), params)
-        for t in range(30):  # into the periodic burst's rise, below the peak rate the observation clips at
-            obs, state, *_ = trainer.env.step(jax.random.key(t + 1), state, jnp.asarray([9, 1, 7, 0, 0]), params)
-            ema = observation.observe(state.env_state).arrival_rate_ema
-            np.testing.assert_allclose(arrival_rate(obs), ema, rtol=1e-5)
-
-
-def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
-    """scripts/ppo_results.py --uniform-start (the README's uniform-start table): on each v1 task
-    2-4 the shipped config loads with no prior on any configuration (hold actions whose initial
-    policy favours keeping the knobs in force and sets every grid value alike), no imitation and
-    no forecast, the settings the flag documents and 5x the shipped updates of when the table was
-    measured (task 4-v1's have grown since), and a --set pair still wins over them."""
-    import importlib.util
-    from pathlib import Path
-
+def test_uniform_start_is_prior_free_with_sets_on_top():
+    """scripts/ppo_results.py --uniform-start (the uniform-start results table) runs
+    training_setup.uniform_start.run_overrides: on each v1 task 2-4 the shipped config loads with
+    no prior on any configuration (hold actions whose initial policy favours keeping the knobs in
+    force and sets every grid value alike), no imitation and no forecast, the settings the flag
+    documents and 5x the shipped updates of when the table was measured (task 4-v1's have grown
+    since), and a --set pair still wins over them."""
     from inferencegym_jax.cli.common import ppo_config_name
-    from training.config import load_config
+    from inferencegym_jax.training_setup import load_config
+    from inferencegym_jax.training_setup.uniform_start import UNIFORM_BUDGET, run_overrides
 
-    script = Path(__file__).resolve().parents[1] / "scripts" / "ppo_results.py"
-    spec = importlib.util.spec_from_file_location("ppo_results", script)
-    ppo_results = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ppo_results)
     for n, shipped_updates, uniform_updates in ((2, 200, 1000), (3, 200, 1000), (4, 1600, 2000)):
         task = f"InferenceGym-Task{n}-v1"
         shipped = load_config(ppo_config_name(task))
         assert shipped.default_logit > 0 and shipped.imitation_episodes > 0  # the prior the flag removes
         assert shipped.num_updates == shipped_updates
-        config = load_config(ppo_config_name(task), **ppo_results.run_overrides(task, True, None))
+        config = load_config(ppo_config_name(task), **run_overrides(shipped, True))
         assert (config.action_mode, config.initial_action, config.imitation_episodes) == ("hold", "default", 0)
         assert (config.forecast_intervals, config.lr, config.ent_coef) == (0, 3e-3, 0.0)
         trainer = make_train(config)
@@ -295,5 +302,8 @@ def test_ppo_results_uniform_start_is_prior_free_with_sets_on_top():
         for row, i in zip(bias, active):  # choice 0 keeps the value in force, choice c >= 1 sets grid index c - 1
             assert row[0] == config.default_logit == 5.0 and not row[1:trainer.nvec[i]].any(), (task, row)
         assert config.num_updates == uniform_updates and config.task == task
-        assert ppo_results.run_overrides(task, True, ["num_updates=7"])["num_updates"] == 7
-        assert ppo_results.run_overrides(task, False, ["lr=0.1"]) == {"lr": 0.1}
+        assert run_overrides(shipped, True, {"num_updates": 7})["num_updates"] == 7
+        assert run_overrides(shipped, False, {"lr": 0.1}) == {"lr": 0.1}
+    # A task without a measured budget gets UNIFORM_BUDGET x its shipped updates.
+    task1 = load_config("ppo_task1")
+    assert run_overrides(task1, True)["num_updates"] == UNIFORM_BUDGET * task1.num_updates

@@ -37,7 +37,7 @@ import inferencegym_jax as ig  # noqa: E402
 from inferencegym_jax import baselines, evaluate, graders  # noqa: E402
 from inferencegym_jax.actions import KNOBS  # noqa: E402
 
-TASK = "InferenceGym-Task1-v0"
+TASK = "InferenceGym-Task1-v1"  # task 1's newest version: what task_id 1 and INFERENCEGYM_SERVE_TASKS=1 resolve to
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 MAX_SESSIONS = 64
@@ -67,12 +67,12 @@ class Served:
 
 
 def _start_server(folder: Path) -> Served:
-    """`inferencegym serve --task 1` on a free loopback port, once it answers /health."""
+    """`inferencegym serve --task TASK` on a free loopback port, once it answers /health."""
     port = _free_port()
     stderr = folder / f"serve-{port}.err"
     with open(stderr, "w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "inferencegym_jax.cli", "serve", "--task", "1", "--port", str(port),
+            [sys.executable, "-m", "inferencegym_jax.cli", "serve", "--task", TASK, "--port", str(port),
              "--max-sessions", str(MAX_SESSIONS)], stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     served = Served(f"http://127.0.0.1:{port}", proc.pid, str(stderr))
     deadline = time.monotonic() + 600
@@ -173,6 +173,36 @@ def test_openenv_client_plays_full_episodes_over_the_websocket(server):
         assert set(first.observation["reward_components"]) and "tokens_per_s" in first.observation["metrics"]
         with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
             env.step({"batch_size": 10_000})
+
+
+def test_a_stateless_step_starts_the_default_episode_and_says_so(server, http):
+    """OpenEnv's stateless POST /step without a /reset: episode 0 of seed 0's stream on the served
+    task, stepped once (the session API's first step of seed 0), and the metadata says so; over
+    /ws a connection's first message, a step, starts the same episode and later steps go on."""
+    action = {"batch_size": 64, "kv_budget": 0.5}
+    response = http.post("/step", json={"action": action})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    started = {"episode_started": True, "task_id": TASK, "seed": 0, "episode": 0}
+    assert body["metadata"] == started and body["observation"]["metadata"] == started
+    assert body["observation"]["step_count"] == 1 and not body["done"]
+    session = new_session(http, seed=0)["session_id"]
+    same = http.post(f"/sessions/{session}/step", json={"action": action}).json()
+    http.delete(f"/sessions/{session}")
+    assert body["reward"] == same["reward"] and body["observation"]["metrics"] == same["metrics"]
+    assert http.post("/step", json={"action": action}).json() == body  # a fresh environment each time
+    by_policy = http.post("/step", json={"action": {"policy": "heuristic"}})
+    assert by_policy.status_code == 200 and by_policy.json()["metadata"] == started
+    bad = http.post("/step", json={"action": {"batch_size": 10_000}})
+    assert bad.status_code == 422 and "batch_size" in bad.text
+    described = " ".join(http.get("/openapi.json").json()["paths"]["/step"]["post"]["description"].split())
+    assert "no prior `POST /reset` is needed" in described and '"episode_started": true' in described
+    with GenericEnvClient(base_url=server.url).sync() as env:
+        first = env.step(action)
+        assert first.observation["metadata"] == started and first.reward == body["reward"]
+        second = env.step(action)
+        assert second.observation["step_count"] == 2 and second.observation["metadata"] == {}
+        assert env.state()["seed"] == 0
 
 
 def test_openenv_validate_passes_on_the_server_and_the_manifest(server, tmp_path):

@@ -166,11 +166,11 @@ def test_a_checkpoints_policy_steps_sessions_as_evaluate_runs_it(tmp_path):
     """`serve --checkpoint`: the trained policy (here an untrained network, saved and loaded as
     a run's would be) acts in the pool as evaluate.run_episodes has it act."""
     from inferencegym_jax.server.core import checkpoint_policy
+    from inferencegym_jax.training_setup import from_dict, make_train
     from training.checkpoint import save_checkpoint
-    from training.config import PPOConfig
-    from training.ppo import make_train
 
-    config = PPOConfig(task=TASK, num_envs=4, num_steps=2, num_minibatches=1, actor_widths=(8,), critic_widths=(8,))
+    config = from_dict(dict(task=TASK, num_envs=4, num_steps=2, num_minibatches=1, actor_widths=(8,),
+                            critic_widths=(8,)))
     trainer = make_train(config)
     save_checkpoint(tmp_path, trainer, trainer.jit_init(trainer.root_key()))
     env, params = ig.make(TASK)

@@ -18,7 +18,7 @@ CONFIG = PPOConfig(num_envs=8, num_steps=8, num_updates=20, update_epochs=2, num
 def test_sweep_is_one_program_and_finds_the_working_learning_rate():
     trainer = make_train(CONFIG, probes.ActionReward())
     trainer.train = chex.assert_max_traces(trainer.train, n=1)  # one trace for all 2 x 2 runs
-    result = run_sweep(CONFIG, {"lr": [1e-6, 3e-3]}, num_seeds=2, eval_episodes=32, trainer=trainer)
+    result = run_sweep(trainer, {"lr": [1e-6, 3e-3]}, num_seeds=2, eval_episodes=32)
     runs = result.runs
     assert len(runs) == 4 and sorted(set(runs["seed"])) == [0, 1]
     slow, fast = runs[runs["lr"] == 1e-6], runs[runs["lr"] == 3e-3]

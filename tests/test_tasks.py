@@ -109,3 +109,30 @@ def test_tpot_slos_are_per_class_and_the_accounting_is_named():
         ig.make("InferenceGym-Task1-v1", server={"slo_accounting": "later"})
     _, params = ig.make("InferenceGym-Task3-v1", server={"tpot_slo_s": [0.03, 0.05, 0.2]})
     assert params.server.tpot_slo_s.shape == (3,) and float(params.server.tpot_slo_s[2]) == pytest.approx(0.2)
+
+
+def test_a_bare_task_number_is_the_newest_version_of_that_task():
+    versions = tasks.task_versions()
+    assert sorted(i for ids in versions.values() for i in ids) == ig.registered_envs()
+    for number, ids in versions.items():
+        newest = max(ids, key=lambda i: int(i.rsplit("-v", 1)[1]))
+        assert tasks.newest_version(number) == ids[-1] == newest
+        assert tasks.resolve_id(number) == tasks.resolve_id(str(number)) == newest
+        assert all(tasks.resolve_id(i) == i for i in ids)  # a full id, older versions included, is itself
+    assert tasks.resolve_id(3) == "InferenceGym-Task3-v1" and tasks.resolve_id("InferenceGym-Task3-v0").endswith("v0")
+    assert tasks.newest_version(99) is None
+
+
+@pytest.mark.parametrize("value", [99, -1, "0", "99"])
+def test_a_number_with_no_task_is_refused_naming_the_key_and_listing_the_versions(value):
+    with pytest.raises(ValueError) as refused:
+        tasks.resolve_id(value, key="--task ")
+    message = str(refused.value)
+    assert message.startswith(f"--task {value!r} is not a task: no task {int(value)} is registered")
+    assert "newest version" in message and all(i in message for i in ig.registered_envs())
+
+
+@pytest.mark.parametrize("value", [True, "-1", "InferenceGym-Task3-v9", "3.0", "\u00b3", None])
+def test_anything_else_than_a_number_or_a_registered_id_is_refused(value):
+    with pytest.raises(ValueError, match=r"^task=.* is not a task: use a task number \(its newest version\) or one of"):
+        tasks.resolve_id(value)

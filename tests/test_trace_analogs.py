@@ -9,9 +9,17 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax.control import mpc, trace_analogs
+from inferencegym_jax.control import mpc, mpc_planning, trace_analogs
 
 TASK = "InferenceGym-Task4-v1"
+
+
+def run_mpc(env, params, task_id, key, episodes, *, candidates=None, base=None, num_steps=None, **settings):
+    """mpc.run_mpc_episodes of the controller with these settings (mpc.MPCConfig's fields)."""
+    ctrl = mpc.controller(env, params, task_id, mpc.MPCConfig(**settings), candidates=candidates, base=base,
+                          num_steps=num_steps)
+    return mpc.run_mpc_episodes(ctrl, params, key, episodes)
+
 
 
 @pytest.fixture(scope="module")
@@ -76,21 +84,21 @@ def test_a_plan_on_an_analog_replays_the_trace_from_its_start(task):
         return jax.lax.scan(body, state, None, steps)
 
     state, _ = counts(state, 10)
-    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 10, 6, 1, clairvoyant=False)[0]
+    keys = mpc_planning.future_keys(jax.random.key(1), jax.random.key(2), 10, 6, 1, clairvoyant=False)[0]
     start = jnp.float32(812.0)
-    planned = mpc._planning_state(state, params, keys, False, 600, 6, analog=(start, jnp.bool_(True)))
+    planned = mpc_planning._planning_state(state, params, keys, False, 600, 6, analog=(start, jnp.bool_(True)))
     _, forecast = counts(planned, 6)
     replay = state.replace(workload=state.workload.replace(phase_s=start), time=jnp.int32(0))
     _, want = counts(replay, 6)
     np.testing.assert_array_equal(np.asarray(forecast), np.asarray(want))
     # an analog not found: the persistence forecast
-    fallback = mpc._planning_state(state, params, keys, False, 600, 6, analog=(start, jnp.bool_(False)))
-    persistence = mpc._planning_state(state, params, keys, False, 600, 6)
+    fallback = mpc_planning._planning_state(state, params, keys, False, 600, 6, analog=(start, jnp.bool_(False)))
+    persistence = mpc_planning._planning_state(state, params, keys, False, 600, 6)
     assert float(fallback.workload.phase_s) == float(persistence.workload.phase_s)
 
 
 def _run(env, params, forecast: str, samples: int = 2):
-    return mpc.run_mpc_episodes(env, params, TASK, jax.random.key(3), 2, clairvoyant=False, horizon=3,
+    return run_mpc(env, params, TASK, jax.random.key(3), 2, clairvoyant=False, horizon=3,
                                 samples=samples, num_steps=4, trace_forecast=forecast)
 
 
@@ -110,21 +118,21 @@ def test_the_analog_mpc_is_refused_bad_forecasts(task):
     with pytest.raises(ValueError, match="samples=3601"):
         run("analogs", samples=trace_analogs.LOOKBACK + 1)
     with pytest.raises(ValueError, match="analog_window=0"):
-        mpc.run_mpc_episodes(env, params, TASK, jax.random.key(3), 1, clairvoyant=False, trace_forecast="analogs",
+        run_mpc(env, params, TASK, jax.random.key(3), 1, clairvoyant=False, trace_forecast="analogs",
                              analog_window=0)
 
 
 @pytest.mark.slow
 def test_the_scripts_name_the_analog_forecast_they_ran(tmp_path):
-    """scripts/mpc_gap.py --trace-forecast analogs (the README's analog row) and
-    scripts/trace_forecast_sweep.py (how its numbers were chosen, the rollout MPC's too) write the
+    """experiments/mpc_gap.py --trace-forecast analogs (the README's analog row) and
+    experiments/trace_forecast_sweep.py (how its numbers were chosen, the rollout MPC's too) write the
     rows they print."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    scripts = Path(__file__).resolve().parents[1] / "experiments"
     gap = tmp_path / "gap.json"
     subprocess.run([sys.executable, str(scripts / "mpc_gap.py"), "--version", "1", "--task", "4", "--episodes", "1",
                     "--horizon", "2", "--samples", "2", "--replan-every", "300", "--trace-forecast", "analogs",

@@ -12,8 +12,16 @@ import pytest
 from scipy.stats import poisson
 
 import inferencegym_jax as ig
-from inferencegym_jax.control import mpc, traffic_belief
+from inferencegym_jax.control import mpc, mpc_planning, traffic_belief
 from inferencegym_jax.traffic import workload
+
+
+def run_mpc(env, params, task_id, key, episodes, *, candidates=None, base=None, num_steps=None, **settings):
+    """mpc.run_mpc_episodes of the controller with these settings (mpc.MPCConfig's fields)."""
+    ctrl = mpc.controller(env, params, task_id, mpc.MPCConfig(**settings), candidates=candidates, base=base,
+                          num_steps=num_steps)
+    return mpc.run_mpc_episodes(ctrl, params, key, episodes)
+
 
 
 def _episode(task_id: str, seed: int, steps: int):
@@ -102,10 +110,10 @@ def test_the_causal_plan_draws_the_phase_from_the_belief_not_the_episode():
     _, state = env.reset_env(jax.random.key(0), params)
     other = state.replace(workload=state.workload.replace(phase_s=state.workload.phase_s + 17.0))
     belief = traffic_belief.init(params.workload)
-    keys = mpc.future_keys(jax.random.key(1), jax.random.key(2), 3, 3, 4, clairvoyant=False)
-    a = [float(mpc._planning_state(state, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
-    b = [float(mpc._planning_state(other, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
+    keys = mpc_planning.future_keys(jax.random.key(1), jax.random.key(2), 3, 3, 4, clairvoyant=False)
+    a = [float(mpc_planning._planning_state(state, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
+    b = [float(mpc_planning._planning_state(other, params, k, False, 200, 3, belief).workload.phase_s) for k in keys]
     assert a == b and len(set(a)) == 4
     with pytest.raises(ValueError, match="traffic_state='exact'"):
-        mpc.run_mpc_episodes(env, params, "InferenceGym-Task2-v1", jax.random.key(0), 1, clairvoyant=False,
+        run_mpc(env, params, "InferenceGym-Task2-v1", jax.random.key(0), 1, clairvoyant=False,
                              traffic_state="exact")

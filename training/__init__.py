@@ -1,12 +1,17 @@
-"""PPO trainer for inferencegym_jax (PureJaxRL style).
+"""PPO trainer for inferencegym_jax (PureJaxRL style), env-agnostic.
 
-    from training import load_config, make_train
-    trainer = make_train(load_config("ppo_task1"))
+    from training import PPOConfig, make_train
+    trainer = make_train(PPOConfig(num_envs=64), env, env_params)   # any env with the gymnax call shape
     runner, metrics = jax.jit(trainer.train)(trainer.root_key())
 
-Modules: config (PPOConfig, TOML loading), networks (actor/critic, factored categorical),
-normalize (running statistics), ppo (the env-agnostic Trainer, make_train), envs (what a config
-trains on: the task in its action layout, the initial action), loop (checkpointed host loop),
+A serving task from a configs/train file (its action layout, memory wrappers, prior and imitation
+teacher) is built by the serving setup: `inferencegym_jax.training_setup.make_train(
+inferencegym_jax.training_setup.load_config("ppo_task3_v1"))`. training imports nothing of it, nor
+of the controllers (tests/test_layers.py).
+
+Modules: config (PPOConfig, TOML loading, the EnvConfig protocol), networks (actor/critic,
+factored categorical), normalize (running statistics), ppo (the Trainer, make_train), imitation
+(the fit to a teacher's demonstrations, the Teacher protocol), loop (checkpointed host loop),
 checkpoint, sweep, probes, evaluation (graded comparison with baselines), plots.
 Names are imported lazily so that `inferencegym --help` does not load JAX.
 """

@@ -6,7 +6,7 @@
 |---|---|---|
 | format | str | "inferencegym-ppo-checkpoint" |
 | version | int | `VERSION`; another version is a ValueError (version 1 signed only the payload) |
-| config | str | the resolved `PPOConfig` as TOML |
+| config | str | the resolved `PPOConfig` as TOML, then the trainer's `env_config` keys (a serving setup's) |
 | env_id | str | the env the run trained on |
 | env_fingerprint | str | SHA-256 of the env params (`env_fingerprint`): changes when a task is re-tuned |
 | update | int | PPO updates done |
@@ -39,7 +39,7 @@ from flax import serialization
 
 from inferencegym_jax.env import params_fingerprint
 from inferencegym_jax.files import atomic_write_bytes, remove_stale_temp_files
-from training.config import PPOConfig, from_dict, to_dict
+from training.config import PPOConfig, field_names, from_dict, toml_value
 
 FILENAME = "checkpoint.msgpack"
 FORMAT = "inferencegym-ppo-checkpoint"
@@ -85,6 +85,15 @@ def record_digest(record: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
+def config_toml(trainer: Any) -> str:
+    """The run's config as one flat TOML table: the PPOConfig's keys, then its env_config's (the
+    serving setup's: task, action_mode, ...), as checkpoints before the split held them all."""
+    text = trainer.config.to_toml()
+    if trainer.env_config is not None:
+        text += "".join(f"{k} = {toml_value(v)}\n" for k, v in trainer.env_config.to_dict().items())
+    return text
+
+
 def checkpoint_path(directory: str | Path) -> Path:
     """DIR/checkpoint.msgpack."""
     return Path(directory) / FILENAME
@@ -96,7 +105,7 @@ def save_checkpoint(directory: str | Path, trainer: Any, runner: Any) -> Path:
     record: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
-        "config": trainer.config.to_toml(),
+        "config": config_toml(trainer),
         "env_id": getattr(trainer.env, "env_id", type(trainer.env).__name__),
         "env_fingerprint": env_fingerprint(trainer.env_params),
         "update": int(runner.update),
@@ -155,38 +164,67 @@ def read_header(directory: str | Path) -> dict[str, Any]:
     return {k: v for k, v in _read_record(directory).items() if k != "payload"}
 
 
-def _config_of(path: Path, record: dict[str, Any]) -> PPOConfig:
-    """The config in a verified record; ValueError when this program rejects it."""
+def _raw_config_of(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """The flat config table in a verified record; ValueError when it is not TOML."""
     try:
-        raw = tomllib.loads(record["config"])
+        return tomllib.loads(record["config"])
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"checkpoint {path} is corrupt: its config is not TOML ({err})") from None
+
+
+def _split(path: Path, raw: dict[str, Any]) -> tuple[PPOConfig, dict[str, Any]]:
+    """(the PPOConfig of a checkpoint's config table, its other keys: the env_config's)."""
+    ppo_keys = field_names(PPOConfig)
     try:
-        return from_dict(raw)
+        config = from_dict({k: v for k, v in raw.items() if k in ppo_keys})
     except ValueError as err:
         raise ValueError(f"checkpoint {path} holds a config this program rejects: {err}") from None
+    return config, {k: v for k, v in raw.items() if k not in ppo_keys}
+
+
+def read_raw_config(directory: str | Path) -> dict[str, Any]:
+    """The flat config table a checkpoint was written with (checksum verified, not validated):
+    the PPOConfig's keys and the env_config's (`inferencegym_jax.training_setup.read_config`
+    validates both)."""
+    return _raw_config_of(checkpoint_path(directory), _read_record(directory))
 
 
 def read_config(directory: str | Path) -> PPOConfig:
-    """The config a checkpoint was written with (checksum verified, validated)."""
-    return _config_of(checkpoint_path(directory), _read_record(directory))
+    """The PPOConfig a checkpoint was written with (checksum verified, validated); the env's
+    keys beside it are `read_raw_config`'s."""
+    path = checkpoint_path(directory)
+    return _split(path, _raw_config_of(path, _read_record(directory)))[0]
 
 
-def config_differences(a: PPOConfig, b: PPOConfig, a_name: str, b_name: str) -> str:
-    """The fields in which two configs differ: "key: A (a_name) != B (b_name), ..."."""
-    x, y = to_dict(a), to_dict(b)
-    return ", ".join(f"{k}: {x[k]!r} ({a_name}) != {y[k]!r} ({b_name})" for k in x if x[k] != y[k])
+def config_differences(a: Any, b: Any, a_name: str, b_name: str) -> str:
+    """The keys in which two configs (anything with `to_dict()`) differ: "key: A (a_name) != B (b_name), ..."."""
+    x, y = a.to_dict(), b.to_dict()
+    return ", ".join(f"{k}: {x.get(k)!r} ({a_name}) != {y.get(k)!r} ({b_name})"
+                     for k in {**x, **y} if x.get(k) != y.get(k))
 
 
 def _check_matches(path: Path, record: dict[str, Any], trainer: Any) -> None:
-    """ValueError unless the checkpoint was written for `trainer`'s task, config and env params."""
-    saved = _config_of(path, record)
-    if saved.task != trainer.config.task:
-        raise ValueError(f"checkpoint {path} was written for task {saved.task}, not {trainer.config.task} "
+    """ValueError unless the checkpoint was written for `trainer`'s env, config, env config and env params."""
+    saved, env_keys = _split(path, _raw_config_of(path, record))
+    if record["env_id"] != trainer.env_id:
+        raise ValueError(f"checkpoint {path} was written for task {record['env_id']}, not {trainer.env_id} "
                          "(the task requested)")
+    if trainer.env_config is None and env_keys:
+        raise ValueError(f"checkpoint {path} holds a config this program rejects: {sorted(env_keys)} are not "
+                         "PPOConfig keys, and the env given has no env config (a serving setup's keys: load the "
+                         "checkpoint with inferencegym_jax.training_setup)")
+    saved_env = None
+    if trainer.env_config is not None:
+        try:
+            saved_env = type(trainer.env_config).from_dict(env_keys)
+        except ValueError as err:
+            raise ValueError(f"checkpoint {path} holds a config this program rejects: {err}") from None
     if saved != trainer.config:
         raise ValueError(f"checkpoint {path} was written by a different config: "
                          f"{config_differences(saved, trainer.config, 'checkpoint', 'requested')}")
+    if saved_env != trainer.env_config:
+        raise ValueError(f"checkpoint {path} was written by a different config: "
+                         f"{config_differences(saved_env, trainer.env_config, 'checkpoint', 'requested')}")
     if record["env_fingerprint"] != env_fingerprint(trainer.env_params):
         raise ValueError(
             f"checkpoint {path} was written for different env params ({record['env_id']}); "
@@ -218,7 +256,7 @@ def _restore_state(path: Path, payload: bytes, trainer: Any) -> Any:
         raise ValueError(f"checkpoint {path} does not match this program's state: {err}") from None
     want, treedef = jax.tree_util.tree_flatten(host_template)
     got, got_def = jax.tree_util.tree_flatten(restored)
-    if got_def != treedef:
+    if got_def != treedef:  # type: ignore[operator]  # jaxlib has no stub for PyTreeDef, which has __ne__
         raise ValueError(f"checkpoint {path} does not match this program's state structure")
     for i, (w, g) in enumerate(zip(want, got)):
         g = np.asarray(g)
@@ -231,7 +269,7 @@ def _restore_state(path: Path, payload: bytes, trainer: Any) -> Any:
 
 
 def load_checkpoint(directory: str | Path, trainer: Any) -> Any:
-    """The RunnerState saved in DIR, checked against `trainer` (task, config, env params, shapes).
+    """The RunnerState saved in DIR, checked against `trainer` (env, config, env config, env params, shapes).
 
     Raises:
       ValueError: missing, corrupt, mismatched or other-version checkpoint; nothing is loaded.

@@ -1,47 +1,36 @@
-"""Imitation of the causal MPC before PPO: a start that already reacts to the server's state.
+"""Imitation before PPO: fit the policy to a teacher's demonstrations, then DAgger rounds.
 
-On task 2-v1 the causal `mpc` (inferencegym_jax.control.mpc: plans with the simulator from the traffic
-belief, never from the episode's future) beats the best static configuration by reacting for an
-interval or two at a time (smaller batches and KV budget just after a burst starts:
-results/mpc_behaviour_task2_v1.json), and PPO started on the best static configuration does not
-find those reactions. With `config.imitation_episodes > 0`, `Trainer.init` therefore starts PPO
-from a policy fitted to the MPC's choices:
+The teacher is any `Teacher`: `teacher(key, act=None) -> Demonstrations`, a pure, jittable
+function that plays its episodes (with `act`, the learner plays and the teacher only labels the
+states reached). training knows nothing of the env: the serving tasks' teachers (the causal MPC,
+the switching rule) are built by the serving setup (`inferencegym_jax.training_setup.teachers`)
+and handed to `training.make_train`. With a teacher, `Trainer.init`:
 
-1. `MPCTeacher` plays `imitation_episodes` episodes of the causal MPC (`imitation_horizon`
-   intervals ahead over `imitation_samples` futures, its default candidates) in the env PPO acts
-   in (wrappers included), on keys of the run's own training stream, recording the flat
-   observation the policy would have seen and the MPC's choice at each interval;
+1. asks the teacher for its episodes, on keys of the run's own training stream
+   (fold_in(key, IMITATION_KEY_TAG));
 2. `pretrain` sets the observation normaliser to those observations' statistics and the return
    scale to their discounted returns', then for `imitation_epochs` epochs fits the actor to the
    teacher's choices (cross-entropy) and the critic to the teacher's lambda-returns, recomputed
    from the critic itself each epoch, so a truncated episode is bootstrapped from V(final
    observation) exactly as PPO's GAE does;
 3. for each of `imitation_rounds` (DAgger, Ross et al. 2011, "A Reduction of Imitation Learning
-   and Structured Prediction to No-Regret Online Learning"): the fitted policy plays
-   `imitation_episodes` episodes, the MPC's choice in every state it reached is recorded, the
-   episodes join the data, and the fit goes on. A policy fitted to the teacher's states alone
-   drifts, off them, into states whose right reaction it has never seen.
+   and Structured Prediction to No-Regret Online Learning"): the fitted policy plays the
+   teacher's episodes, the teacher's choice in every state it reached is recorded, the episodes
+   join the data, and the fit goes on. A policy fitted to the teacher's states alone drifts, off
+   them, into states whose right reaction it has never seen.
 
-This is behaviour cloning from a fair teacher: the MPC sees the server's true state (a policy
-sees its observation's summaries) and the arrivals so far, nothing of the future. PPO then
-trains from that start with its own rollouts and rewards. With `imitation_teacher =
-"switch_rule"` the teacher is `RuleTeacher` instead: the causal switching rule
-(inferencegym_jax.control.switch_rule) the baseline selects for the task, which sees the arrivals only.
+This is behaviour cloning; PPO then trains from that start with its own rollouts and rewards.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Any, Protocol, cast
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
 
-from inferencegym_jax import graders
-from inferencegym_jax.control import mpc, switch_rule
-from inferencegym_jax.env import EnvState
 from inferencegym_jax.evaluate import Policy
 from training.advantages import compute_gae
 from training.networks import ActionLayout, ActorCritic, policy_distribution
@@ -50,9 +39,6 @@ from training.normalize import RunningStats
 # Fold-in tag of the teacher's episode keys in the run's root key (`Trainer.init`): a stream of
 # its own, so the other keys of init (network, envs, runner) are those of a run without imitation.
 IMITATION_KEY_TAG = 7
-# Episodes the teacher plays at once (vmapped); the rest go in sequence (`lax.map`), which bounds
-# memory: each holds candidates x samples rolled-out env states.
-TEACHER_BATCH = 8
 
 
 @struct.dataclass
@@ -74,133 +60,17 @@ class Demonstrations:
     reward: jax.Array
 
 
-def serving_state(state: Any) -> EnvState:
-    """The serving env's state under any memory wrappers' states (each holds it in `env_state`)."""
-    while not isinstance(state, EnvState):
-        state = state.env_state
-    return state
+class Teacher(Protocol):
+    """A source of demonstrations: `teacher(key, act=None) -> Demonstrations` (pure, jittable).
 
-
-class Teacher:
-    """`teacher(key, act=None) -> Demonstrations`: `episodes` episodes of the subclass's
-    `episode(key, act)` from split(key, episodes), TEACHER_BATCH of them at a time."""
-
-    episodes: int
-
-    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        raise NotImplementedError
+    `key`: the episodes' key (from the run's root key). `act`: None, the teacher plays its own
+    episodes; else the learner's policy (`act(key, obs, env_params) -> action`, a
+    `ppo.TrainedPolicy`) plays and the teacher labels each state reached with its own choice.
+    Each call returns the same number of episodes (N) of the same length (T).
+    """
 
     def __call__(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        keys = jax.random.split(key, self.episodes)
-        return jax.lax.map(lambda k: self.episode(k, act), keys, batch_size=min(TEACHER_BATCH, self.episodes))
-
-
-@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params)
-class MPCTeacher(Teacher):
-    """The causal MPC as a source of demonstrations: `teacher(key, act=None) -> Demonstrations`.
-
-    Attributes:
-      env: the env PPO acts in (a serving env in the absolute layout, possibly wrapped by memory
-        wrappers); the MPC plans on the serving env under it.
-      params: its EnvParams.
-      task_id: the task (the MPC's grader objective and its candidates' best static action).
-      episodes: N, episodes per call.
-      candidates: the MPC's candidate actions, int32 grid indices, C rows of K.
-      horizon: [intervals] the MPC looks ahead.
-      samples: sampled futures per candidate.
-    """
-
-    env: Any
-    params: Any
-    task_id: str
-    episodes: int
-    candidates: tuple[tuple[int, ...], ...]
-    horizon: int
-    samples: int
-
-    @classmethod
-    def build(cls, env: Any, params: Any, task_id: str, episodes: int, horizon: int,
-              samples: int) -> MPCTeacher:
-        """The teacher with the MPC's default candidates (`mpc.candidate_actions`), looking
-        `horizon` intervals ahead over `samples` futures."""
-        base = getattr(env, "unwrapped", env)
-        rows = mpc.candidate_actions(base, params, task_id)
-        return cls(env, params, task_id, episodes, tuple(tuple(int(i) for i in row) for row in rows), horizon, samples)
-
-    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        """One episode from `key` (the keys of `mpc.run_mpc_episode` and `evaluate.run_episode`),
-        each interval labelled with the MPC's choice from the state reached; leaves without the N axis.
-
-        Args:
-          act: None: the MPC's choices are played (its own episode); else this policy of `env`
-            (`act(key, obs, params)`, asked with the key `evaluate.run_episode` gives it, so the
-            episode is run_episode's) is (the learner, for DAgger) and the MPC's choices are only
-            recorded.
-        """
-        env, params = self.env, self.params
-        base = getattr(env, "unwrapped", env)
-        num_steps = int(params.max_steps_in_episode)
-        candidates = jnp.asarray(self.candidates, jnp.int32)
-        grader = graders.grader_name(self.task_id)
-        k_reset, k_env, k_plan = jax.random.split(key, 3)
-        obs, state = env.reset_env(k_reset, params)
-        past, belief = mpc.start_memory(params)
-
-        def body(carry, t):
-            obs, state, past, belief = carry
-            served = serving_state(state)
-            choice = mpc.plan(base, params, candidates, served, past, belief, t, k_env, k_plan, num_steps,
-                              self.horizon, self.samples, clairvoyant=False, grader=grader)
-            flat = env.flatten_observation(obs, params)
-            action = choice if act is None else act(jax.random.fold_in(k_plan, t), obs, params)
-            obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-            past, belief = mpc.advance(past, belief, served, info, t, params)
-            return (obs, state, past, belief), (flat, choice, reward)
-
-        (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, (obs, state, past, belief), jnp.arange(num_steps))
-        return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)  # hashed by identity: it holds arrays (params, rule)
-class RuleTeacher(Teacher):
-    """The causal switching rule (inferencegym_jax.control.switch_rule) as a source of demonstrations,
-    called like MPCTeacher. Its choice depends on the arrivals alone, so in a DAgger episode it
-    labels the learner's states with what it would have chosen in its own.
-
-    Attributes:
-      env, params, episodes: as MPCTeacher's.
-      rule: the rule (`switch_rule.SwitchRule`).
-    """
-
-    env: Any
-    params: Any
-    episodes: int
-    rule: switch_rule.SwitchRule
-
-    @classmethod
-    def build(cls, env: Any, params: Any, task_id: str, episodes: int) -> RuleTeacher:
-        """The teacher with the baseline's rule: `switch_rule.select` with its defaults (128
-        episodes of its own training stream, seed 0), the same for every run of the task."""
-        rule, _ = switch_rule.select(getattr(env, "unwrapped", env), params, task_id)
-        return cls(env, params, episodes, rule)
-
-    def episode(self, key: jax.Array, act: Policy | None = None) -> Demonstrations:
-        """One episode from `key`, each interval labelled with the rule's choice; as MPCTeacher's."""
-        env, params, rule = self.env, self.params, self.rule
-        k_reset, k_env, k_plan = jax.random.split(key, 3)
-        obs, state = env.reset_env(k_reset, params)
-
-        def body(carry, t):
-            obs, state, memory = carry
-            memory, choice = switch_rule.decide(rule, memory, t, params.server.dt_s)
-            flat = env.flatten_observation(obs, params)
-            action = choice if act is None else act(jax.random.fold_in(k_plan, t), obs, params)
-            obs, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-            return (obs, state, switch_rule.remember(rule, memory, t, info)), (flat, choice, reward)
-
-        start = (obs, state, switch_rule.start_memory(rule))
-        (obs, *_), (flats, choices, rewards) = jax.lax.scan(body, start, jnp.arange(int(params.max_steps_in_episode)))
-        return Demonstrations(flats, env.flatten_observation(obs, params), choices, rewards)
+        ...
 
 
 def concatenate(*demos: Demonstrations) -> Demonstrations:
@@ -270,15 +140,17 @@ def pretrain(network: ActorCritic, layout: ActionLayout, params: Any, demos: Dem
     tx = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr, eps=1e-5))
 
     def loss(p: Any, xb: jax.Array, ab: jax.Array, tb: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
-        logits, value = network.apply(p, xb)
+        # flax annotates Module.apply's result as "outputs or (outputs, variables)"; it is the
+        # latter only with mutable=, so the casts name the outputs.
+        logits, value = cast(tuple[jax.Array, jax.Array], network.apply(p, xb))
         actor = -jnp.mean(policy_distribution(logits).log_prob(ab))
         critic = 0.5 * jnp.mean(jnp.square(value - tb))
         return actor + vf_coef * critic, (actor, critic)
 
     def epoch(carry, k):
         p, opt_state = carry
-        values = network.apply(p, x, method=ActorCritic.value)
-        next_values = network.apply(p, x_next, method=ActorCritic.value)
+        values = cast(jax.Array, network.apply(p, x, method=ActorCritic.value))
+        next_values = cast(jax.Array, network.apply(p, x_next, method=ActorCritic.value))
         _, targets = compute_gae(demos.reward.T / scale, values.T, next_values.T, jnp.zeros((t, n), bool), last.T,
                                  gamma, gae_lambda)
         perm = jax.random.permutation(k, size)[: steps * batch]
@@ -296,6 +168,6 @@ def pretrain(network: ActorCritic, layout: ActionLayout, params: Any, demos: Dem
 
     (params, _), (actor_loss, value_loss) = jax.lax.scan(epoch, (params, tx.init(params)),
                                                          jax.random.split(key, epochs))
-    mode = policy_distribution(network.apply(params, x, method=ActorCritic.logits)).mode()
+    mode = policy_distribution(cast(jax.Array, network.apply(params, x, method=ActorCritic.logits))).mode()
     agreement = jnp.mean(jnp.all(mode == choices, axis=-1).astype(jnp.float32))
     return PretrainedStart(params, obs_stats, ret_stats, actor_loss, value_loss, agreement)

@@ -124,7 +124,7 @@ def run_training(
     target = config.num_updates if stop_after is None else min(stop_after, config.num_updates)
     all_rows: list[dict[str, float]] = []
     with tqdm(total=config.num_updates, initial=done, unit="update", disable=not progress,
-              desc=f"PPO {config.task}") as bar:
+              desc=f"PPO {trainer.env_id}") as bar:
         while done < target:
             n = min(config.checkpoint_every, target - done)
             t0 = time.perf_counter()

@@ -19,23 +19,25 @@ One update (`Trainer.update_step`, a pure function of (RunnerState, HParams)):
 5. the observation statistics are updated with the rollout, after the update (so the update
    sees exactly the inputs the rollout acted on).
 
-With a teacher (`config.imitation_episodes`, `training.imitation`), `init` first fits the network
-and the normalisers to the teacher's episodes, so PPO starts from an imitation of it.
+With a teacher (make_train's `teacher`, `training.imitation.Teacher`), `init` first fits the
+network and the normalisers to the teacher's episodes, so PPO starts from an imitation of it.
 
 `train(key, hparams)` = `init` + `lax.scan(update_step)`; the host loop of `training.run` calls a
 jitted chunk of the same `update_step` and checkpoints between chunks; both give the same bits.
 `hparams` are traced, so `jax.vmap(train)` over keys and `HParams` runs a sweep in one program.
 `Trainer` trains anything shaped like a gymnax env (reset/step/action_space/flatten_observation),
-including `training.probes`; it knows nothing of the serving env. `make_train` builds what a
-config asks for (`training.envs`): the serving task wrapped by `config.action_mode`
-(`inferencegym_jax.wrappers`) and the prior of `config.initial_action`.
+including `training.probes`; it knows nothing of the serving env. What a configs/train file asks
+for (the serving task in its action layout, memory wrappers, the initial action's prior, the
+imitation teacher) is built by the serving setup, `inferencegym_jax.training_setup.make_train`,
+which calls `make_train` here with that env, prior and teacher.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +46,10 @@ import optax
 from flax import struct
 
 from inferencegym_jax import evaluate, sharding
+from inferencegym_jax.protocols import Environment
 from training.advantages import compute_gae
-from training.config import HParams, PPOConfig
-from training.envs import training_env
-from training.imitation import IMITATION_KEY_TAG, Demonstrations, PretrainedStart, concatenate, pretrain
+from training.config import EnvConfig, HParams, PPOConfig
+from training.imitation import IMITATION_KEY_TAG, Demonstrations, PretrainedStart, Teacher, concatenate, pretrain
 from training.networks import ActionLayout, ActorCritic, policy_distribution, sample_actions
 from training.normalize import RunningStats
 
@@ -121,6 +123,8 @@ class Trainer:
 
     Attributes:
       config: the PPOConfig.
+      env_config: what built the env (an `EnvConfig`, e.g. the serving setup), stored and
+        verified with config by checkpoints; None: the env as given (probes).
       env: the env PPO acts in, with the gymnax call shape: `reset(key, params)`,
         `step(key, state, action, params)` (auto-reset, `info["final_observation"]`),
         `action_space(params)` (a MultiDiscrete with `.nvec`), `flatten_observation(obs, params)`.
@@ -129,20 +133,23 @@ class Trainer:
       layout: ActionLayout of the policy over `nvec`.
     """
 
-    def __init__(self, config: PPOConfig, env: Any, env_params: Any, initial_action: Any = None,
-                 initial_logit: float = 0.0, warmup_action: Any = None, teacher: Any = None):
+    def __init__(self, config: PPOConfig, env: Environment, env_params: Any, initial_action: Any = None,
+                 initial_logit: float = 0.0, warmup_action: Any = None, teacher: Teacher | None = None,
+                 env_config: EnvConfig | None = None):
         """Args:
           initial_action: optional int32 (K,) in the env's action space: the initial policy
             puts `initial_logit` on each active entry's choice (a prior, not a constraint).
           initial_logit: the logit bonus; 0 (or no initial_action) starts near uniform.
           warmup_action: int32 (K,) in the env's action space that desync_envs steps the envs
             with before training (default: all zeros).
-          teacher: optional `teacher(key, act=None) -> imitation.Demonstrations` (pure,
-            jittable; `act`: the learner's policy for a DAgger round, a `TrainedPolicy`) whose
-            episodes `init` fits the network to before PPO (`training.imitation`).
+          teacher: optional `imitation.Teacher`, `teacher(key, act=None) -> Demonstrations`
+            (pure, jittable; `act`: the learner's policy for a DAgger round, a `TrainedPolicy`)
+            whose episodes `init` fits the network to before PPO (`training.imitation`).
+          env_config: what built the env (`EnvConfig`), kept for checkpoints.
         """
         self.config = config
         self.teacher = teacher
+        self.env_config = env_config
         if config.num_devices > 1:
             sharding.require_every_process(sharding.batch_mesh(config.num_devices), "num_devices")
         self.env = env
@@ -159,6 +166,11 @@ class Trainer:
         self.obs_dim = int(env.flatten_observation(obs, env_params).shape[-1])
 
     # ------------------------------------------------------------------ helpers
+
+    @property
+    def env_id(self) -> str:
+        """The env's id (a task id for a serving env, else its class name)."""
+        return str(getattr(self.env, "env_id", type(self.env).__name__))
 
     def root_key(self) -> jax.Array:
         """The run's root key: evaluate.training_key(config.seed) (disjoint from evaluation)."""
@@ -223,12 +235,15 @@ class Trainer:
         run's root `key` (a stream of its own: fold_in(key, IMITATION_KEY_TAG)); then, for each of
         `config.imitation_rounds` (DAgger), episodes of the fitted policy labelled by the teacher
         are added to the data and the fit goes on."""
+        teacher = self.teacher
+        if teacher is None:
+            raise ValueError("Trainer.imitate needs a teacher (Trainer(..., teacher=...))")
         k_demo, k_fit = jax.random.split(jax.random.fold_in(key, IMITATION_KEY_TAG))
-        demos = self.teacher(k_demo)
+        demos = teacher(k_demo)
         start = self._fit(params, demos, k_fit, hp)
         for r in range(1, self.config.imitation_rounds + 1):
             learner = self.policy(start.params, start.obs_stats)  # the fit's mode
-            demos = concatenate(demos, self.teacher(jax.random.fold_in(k_demo, r), learner))
+            demos = concatenate(demos, teacher(jax.random.fold_in(k_demo, r), learner))
             start = self._fit(start.params, demos, jax.random.fold_in(k_fit, r), hp)
         return start
 
@@ -273,6 +288,8 @@ class Trainer:
         The runner's statistics are not changed; the statistics of the raw observations acted
         on are returned apart, to be merged after the update.
         """
+        # flax annotates Module.apply's result as "outputs or (outputs, variables)"; it is the
+        # latter only with mutable=, so the casts below name the outputs.
         apply = self.network.apply
 
         def step(carry, k):
@@ -280,13 +297,13 @@ class Trainer:
             seen = seen.update(raw_obs)
             k_act, k_env = jax.random.split(k)
             obs = self._norm(runner.obs_stats, raw_obs)
-            logits, value = apply(runner.params, obs)
+            logits, value = cast(tuple[jax.Array, jax.Array], apply(runner.params, obs))
             action = sample_actions(k_act, logits)
             log_prob = policy_distribution(logits).log_prob(action)
             next_obs, env_state, reward, terminated, truncated, info = self._env_step(
                 k_env, env_state, self.layout.to_env(action))
             final = self._norm(runner.obs_stats, self._flat(info["final_observation"]))
-            next_value = apply(runner.params, final, method=ActorCritic.value)
+            next_value = cast(jax.Array, apply(runner.params, final, method=ActorCritic.value))
             done = terminated | truncated
             returns = returns * hp.gamma + reward
             transition = Transition(obs, action, log_prob, value, next_value, reward, terminated, done, returns)
@@ -298,12 +315,12 @@ class Trainer:
         carry = (runner.env_state, runner.obs, runner.returns, seen)
         (env_state, obs, returns, seen), traj = jax.lax.scan(
             step, carry, jax.random.split(key, self.config.num_steps))
-        return runner.replace(env_state=env_state, obs=obs, returns=returns), traj, seen
+        return dataclasses.replace(runner, env_state=env_state, obs=obs, returns=returns), traj, seen
 
     def loss(self, params: Any, batch: Transition, advantages: jax.Array, targets: jax.Array,
              hp: HParams) -> tuple[jax.Array, dict[str, jax.Array]]:
         """Clipped PPO loss of a minibatch (leading axis = samples) and its diagnostics."""
-        logits, value = self.network.apply(params, batch.obs)
+        logits, value = cast(tuple[jax.Array, jax.Array], self.network.apply(params, batch.obs))
         pi = policy_distribution(logits)
         log_prob = pi.log_prob(batch.action)
         log_ratio = log_prob - batch.log_prob
@@ -365,8 +382,8 @@ class Trainer:
         metrics["episodes_done"] = jnp.sum(traj.done).astype(jnp.float32)
         metrics["value"] = jnp.mean(traj.value)
         metrics["reward_scale"] = scale
-        runner = runner.replace(params=params, opt_state=opt_state, obs_stats=obs_stats, ret_stats=ret_stats,
-                                key=key, update=runner.update + 1)
+        runner = dataclasses.replace(runner, params=params, opt_state=opt_state, obs_stats=obs_stats,
+                                     ret_stats=ret_stats, key=key, update=runner.update + 1)
         return runner, metrics
 
     def run_updates(self, runner: RunnerState, hp: HParams, num_updates: int) -> tuple[RunnerState, dict]:
@@ -417,7 +434,7 @@ class Trainer:
         """`policy(key, obs, env_params) -> action` for evaluation, with frozen normaliser.
 
         The action is in the action space of `self.env` (int32 (K,), 0 on masked entries): run
-        it on `self.env` (for the serving tasks, the env wrapped by config.action_mode). The
+        it on `self.env` (for the serving tasks, the env in its setup's action layout). The
         policy is a pytree whose leaves are the weights and the normaliser, so evaluating
         another checkpoint of the same trainer compiles nothing new.
         """
@@ -443,7 +460,7 @@ class TrainedPolicy:
     def __call__(self, key: jax.Array, obs: Any, env_params: Any) -> jax.Array:
         trainer = self.trainer
         x = trainer._norm(self.obs_stats, trainer.env.flatten_observation(obs, env_params))
-        logits = trainer.network.apply(self.params, x, method=ActorCritic.logits)
+        logits = cast(jax.Array, trainer.network.apply(self.params, x, method=ActorCritic.logits))
         action = policy_distribution(logits).mode() if self.deterministic else sample_actions(key, logits)
         return trainer.layout.to_env(action)
 
@@ -457,14 +474,19 @@ def _action(action: Any, nvec: tuple[int, ...], name: str) -> np.ndarray:
     return value.astype(np.int32)
 
 
-def make_train(config: PPOConfig, env: Any = None, env_params: Any = None) -> Trainer:
-    """The PPO program of `config` (on `config.task`, or on the given env and params).
+def make_train(config: PPOConfig, env: Any, env_params: Any = None, *, initial_action: Any = None,
+               initial_logit: float = 0.0, warmup_action: Any = None, teacher: Teacher | None = None,
+               env_config: EnvConfig | None = None) -> Trainer:
+    """The PPO program of `config` on `env` (gymnax call shape) with `env_params` (None: its
+    `default_params`); the keyword arguments are `Trainer`'s. `make_train(config, env).train` is
+    the PureJaxRL `train(key, hparams=None)`; jit it, or vmap it over keys and HParams for a sweep.
 
-    The env is what `training.envs.training_env` makes of them: for a serving env, wrapped by
-    config.action_mode, with the initial action of config.initial_action (when default_logit
-    > 0); any other env (probes) as is. `make_train(config).train` is the PureJaxRL
-    `train(key, hparams=None)`; jit it, or vmap it over keys and HParams for a sweep.
+    A configs/train file (a serving task, its wrappers, prior and teacher) is built by
+    `inferencegym_jax.training_setup.make_train`, which calls this.
     """
-    made = training_env(config, env, env_params)
-    return Trainer(config, made.env, made.params, initial_action=made.initial_action,
-                   initial_logit=config.default_logit, warmup_action=made.warmup_action, teacher=made.teacher)
+    if env is None or isinstance(env, (str, int)):
+        raise ValueError(f"make_train needs the env to train on, got {env!r}: a configs/train file's task is built "
+                         "by the serving setup (inferencegym_jax.training_setup.make_train)")
+    params = env.default_params if env_params is None else env_params
+    return Trainer(config, env, params, initial_action=initial_action, initial_logit=initial_logit,
+                   warmup_action=warmup_action, teacher=teacher, env_config=env_config)

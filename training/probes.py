@@ -1,9 +1,10 @@
 """Probe environments: tiny tasks whose value function and best action are known exactly.
 
 They have the serving env's call shape (reset / step with auto-reset and
-`info["final_observation"]` / action_space / flatten_observation / default_params), so the PPO
-trainer runs on them unchanged; tests use them to check value learning, discounting, advantage
-signs and truncation bootstrapping in isolation (after Andy Jones' "debugging RL" probes).
+`info["final_observation"]` / spaces / flatten_observation / default_params: the
+`protocols.Environment` contract), so the PPO trainer runs on them unchanged; tests use them
+to check value learning, discounting, advantage signs and truncation bootstrapping in
+isolation (after Andy Jones' "debugging RL" probes).
 
 | probe             | observation            | reward                   | episode           | V                       |
 |-------------------|------------------------|--------------------------|-------------------|-------------------------|
@@ -28,6 +29,7 @@ from flax import struct
 
 from inferencegym_jax import spaces
 from inferencegym_jax.env import auto_reset
+from inferencegym_jax.protocols import StepResult
 
 NVEC = (2, 1)
 
@@ -71,6 +73,10 @@ class ProbeEnv:
     def action_space(self, params: ProbeParams | None = None) -> spaces.MultiDiscrete:
         return spaces.MultiDiscrete(NVEC, ("choice", "masked"))
 
+    def observation_space(self, params: ProbeParams | None = None) -> spaces.Box:
+        """float32 (1,) in [-1, 1]: the sign the probe shows, or 0."""
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
     def flatten_observation(self, obs: jax.Array, params: ProbeParams | None = None) -> jax.Array:
         return obs.astype(jnp.float32)
 
@@ -85,7 +91,8 @@ class ProbeEnv:
         state = ProbeState(jnp.zeros((), jnp.int32), sign)
         return self.observation(state), state
 
-    def step(self, key: jax.Array, state: ProbeState, action: jax.Array, params: ProbeParams | None = None):
+    def step(self, key: jax.Array, state: ProbeState, action: jax.Array,
+             params: ProbeParams | None = None) -> StepResult:
         params = params or self._params
         reward = self.reward(state, action).astype(jnp.float32)
         next_state = ProbeState(state.time + 1, state.sign)

@@ -1,6 +1,6 @@
 """Hyperparameter sweeps: every (traced hyperparameter setting x seed) trained in one compiled program.
 
-    result = run_sweep(config, {"lr": [1e-4, 3e-4, 1e-3, 3e-3]}, num_seeds=4)
+    result = run_sweep(trainer, {"lr": [1e-4, 3e-4, 1e-3, 3e-3]}, num_seeds=4)  # trainer: make_train's
     result.runs       # one row per run: hyperparameters, seed, training reward, held-out score
     result.summary    # one row per setting: mean and 95% CI over seeds, best first
 
@@ -23,8 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from inferencegym_jax import evaluate
+from inferencegym_jax.protocols import ServingEnvironment
 from training.config import HParams, PPOConfig, traced_fields
-from training.ppo import Trainer, make_train
+from training.ppo import Trainer
 
 
 @dataclasses.dataclass
@@ -119,26 +120,30 @@ def graded_episodes(trainer: Trainer, params: Any, obs_stats: Any, key: jax.Arra
         return {"reward": jax.vmap(episode)(keys)}
     from inferencegym_jax import graders
 
-    traj = jax.vmap(lambda k: evaluate.run_episode(env, env_params, policy, k, num_steps))(keys)
+    serving_env = env
+    if not isinstance(serving_env, ServingEnvironment):
+        raise ValueError(f"task {task_id!r}: graded episodes need a serving env, not a {type(env).__name__}")
+    traj = jax.vmap(lambda k: evaluate.run_episode(serving_env, env_params, policy, k, num_steps))(keys)
     return {"reward": jnp.mean(traj.reward, axis=1), "score": graders.grade(traj, env_params, task_id).score}
 
 
 def run_sweep(
-    config: PPOConfig,
+    trainer: Trainer,
     grid: Mapping[str, Sequence[float]],
     num_seeds: int = 4,
     eval_episodes: int = 64,
     eval_seed: int = 0,
-    trainer: Trainer | None = None,
 ) -> SweepResult:
-    """Train every grid setting with seeds config.seed .. config.seed + num_seeds - 1, in one program."""
+    """Train every grid setting of `trainer` (`make_train`'s) with seeds config.seed .. config.seed +
+    num_seeds - 1, in one program."""
     import pandas as pd
+
+    config = trainer.config
 
     if num_seeds < 1:
         raise ValueError(f"num_seeds={num_seeds} must be >= 1")
     if eval_episodes < 1:
         raise ValueError(f"eval_episodes={eval_episodes} must be >= 1")
-    trainer = trainer or make_train(config)
     settings = grid_settings(config, grid)
     seeds = [config.seed + i for i in range(num_seeds)]
     runs = [(s, seed) for s in settings for seed in seeds]

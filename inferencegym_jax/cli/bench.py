@@ -147,13 +147,13 @@ def _task_rows(args: argparse.Namespace, env_id: str, emit: Callable[[dict[str, 
             for row in _env_rows(args, env_id, n, impl):
                 emit(row)
     if args.ppo:
-        row = bench_ppo(env_id, args.ppo_updates, max(1, min(args.repeats, 3)))
-        if row:
-            emit(row)
+        ppo_row = bench_ppo(env_id, args.ppo_updates, max(1, min(args.repeats, 3)))
+        if ppo_row:
+            emit(ppo_row)
     if args.grade:
-        row = bench_grading(env_id, args.grade_episodes, args.repeats)
-        if row:
-            emit(row)
+        grade_row = bench_grading(env_id, args.grade_episodes, args.repeats)
+        if grade_row:
+            emit(grade_row)
 
 
 def cmd_bench(args: argparse.Namespace) -> list[dict[str, Any]]:

@@ -239,8 +239,8 @@ def bench_numpy(env_id: str, num_envs: int, steps: int, repeats: int) -> dict[st
 def bench_ppo(env_id: str, updates: int, repeats: int, num_envs: int | None = None) -> dict[str, Any] | None:
     """End-to-end PPO env steps/s (updates included) of the task's shipped config; None for a
     task without one."""
-    from training.config import load_config, shipped_configs
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import load_config, make_train
+    from training.config import shipped_configs
 
     name = ppo_config_name(env_id)
     if name not in shipped_configs():

@@ -51,14 +51,14 @@ def registered_tasks() -> list[str]:
 
 
 def task_id(value: str) -> str:
-    """argparse type: a task number N (-> "InferenceGym-TaskN-v0") or a registered id."""
+    """argparse type: a task number N (its newest version, `tasks.resolve_id`: "3" ->
+    "InferenceGym-Task3-v1") or a registered id (older versions by their full ids)."""
     from inferencegym_jax.tasks import resolve_id
 
     try:
-        return resolve_id(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a task: use a task number or one of "
-                                         f"{registered_tasks()}") from None
+        return resolve_id(value, key="")
+    except ValueError as err:  # argparse puts "argument --task: " before it
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def task_number(env_id: str) -> int | None:
@@ -108,7 +108,7 @@ def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     (`inferencegym_jax.cli.main`): `inferencegym: error: ...`, exit status 2. The error method is
     replaced on the instance because subcommand parsers are made by `add_parser`, whose class is
     chosen where the top-level parser is built."""
-    parser.error = functools.partial(_one_line_error, parser)
+    parser.error = functools.partial(_one_line_error, parser)  # type: ignore[method-assign]  # on purpose: see above
     return parser
 
 

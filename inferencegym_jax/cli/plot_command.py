@@ -54,13 +54,13 @@ def baseline_episode(env_id: str, policy_name: str, seed: int) -> tuple[Any, Any
 
 def trained_episode(trainer: Any, runner: Any, seed: int) -> tuple[Any, Any]:
     """(Episode, env params) of a trained policy, acting as `inferencegym eval` has it act."""
-    from inferencegym_jax import episode_plot
+    from inferencegym_jax import episode_plot, wrappers
 
     config = trainer.config
     policy = trainer.policy(runner.params, runner.obs_stats, config.deterministic_eval)
     mode = "mode" if config.deterministic_eval else "sampled"
-    name = f"{PPO} ({int(runner.update)} updates, {config.action_mode} actions, {mode})"
-    episode = episode_plot.collect_episode(trainer.env, trainer.env_params, policy, config.task, name, seed)
+    name = f"{PPO} ({int(runner.update)} updates, {wrappers.action_mode_of(trainer.env)} actions, {mode})"
+    episode = episode_plot.collect_episode(trainer.env, trainer.env_params, policy, trainer.env_id, name, seed)
     return episode, trainer.env_params
 
 
@@ -75,8 +75,8 @@ def write_trained_episode(trainer: Any, runner: Any, seed: int, path: Path) -> P
 def checkpoint_episode(checkpoint: str, env_id: str | None, seed: int) -> tuple[Any, Any]:
     """(Episode, env params) of a checkpoint's trained policy; ValueError for a missing or
     corrupt checkpoint, or one trained on another task than `env_id` (when given)."""
-    from training.checkpoint import load_checkpoint, read_config
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import make_train, read_config
+    from training.checkpoint import load_checkpoint
 
     try:
         config = read_config(checkpoint)

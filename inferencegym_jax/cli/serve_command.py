@@ -38,7 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
     tasks = args.task or registered_tasks()
     checkpoints = {}
     if args.checkpoint is not None:
-        from training.checkpoint import read_config
+        from inferencegym_jax.training_setup import read_config
 
         try:
             checkpoints[read_config(args.checkpoint).task] = args.checkpoint

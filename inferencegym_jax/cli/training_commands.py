@@ -1,6 +1,8 @@
 """`inferencegym train | eval | sweep`: PPO on a task, graded against every baseline.
 
-    inferencegym train --task 1 --out runs/task1              # configs/train/ppo_task1.toml
+    inferencegym train --out runs/main                        # the main job: configs/train/ppo_task3_v1_main.toml
+    inferencegym train --task 3 --out runs/task3              # task 3's newest version: ppo_task3_v1.toml
+    inferencegym train --task InferenceGym-Task3-v0 --out DIR # a frozen older version: ppo_task3.toml
     inferencegym train --task 1 --config my.toml --out DIR --set lr=1e-3 --set num_updates=50
     inferencegym train --out DIR --resume                     # continue from DIR/checkpoint.msgpack
     inferencegym train --task 1 --out DIR --no-eval           # train only: no graded evaluation
@@ -11,8 +13,12 @@
 DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
 graded held-out evaluation against every baseline, DIR/eval.json and DIR/episode.png (the
 trained policy's first held-out episode over time, as `inferencegym plot` draws it; `--no-eval`
-skips both: train only). Without `--config`, a task trains with its shipped config
-`ppo_task<N>`; a task without one is an error (pass `--config`).
+skips both: train only). The table gives each policy's score and, paired on the same episodes,
+its difference to `best_static` with a 95% CI (`training.evaluation.paired_difference`).
+Without `--config`, a task trains with its shipped config (`ppo_task<N>` for v0,
+`ppo_task<N>_v<k>` for a later version); a task without one is an error (pass `--config`). A bare
+task number is the task's newest version (`tasks.resolve_id`). With neither `--task` nor
+`--config`, `train` runs the main job, DEFAULT_CONFIG.
 The trainer, JAX and pandas are imported inside the commands.
 
 Every check comes before the first file is written: output paths (a folder where a file goes,
@@ -43,8 +49,11 @@ from inferencegym_jax.cli.common import (
 )
 from inferencegym_jax.files import atomic_write_text, remove_stale_temp_files
 
-# The task `train` and `sweep` use when neither --task nor --config names one.
-DEFAULT_TASK = "InferenceGym-Task1-v0"
+# The main job (scripts/run_main.sh): what `train` and `sweep` run when neither --task nor --config
+# names a task. PPO from a uniform start on the newest task 3, where switching configurations pays
+# (configs/train/ppo_task3_v1_main.toml documents the budget and what it scores).
+DEFAULT_TASK = "InferenceGym-Task3-v1"
+DEFAULT_CONFIG = "ppo_task3_v1_main"
 
 # What `train` and `sweep` write in their --out folder.
 RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "episode.png", "eval.json")
@@ -79,10 +88,11 @@ def shipped_config_for(env_id: str) -> str:
 
 
 def resolve_config(args: argparse.Namespace) -> Any:
-    """The PPOConfig of `train` or `sweep`: --config (default: the task's shipped config, or the
-    checkpoint's config when resuming), then --set, --task, --updates and --seed over it."""
-    from training.checkpoint import checkpoint_path, read_config
-    from training.config import load_config
+    """The PPOConfig of `train` or `sweep`: --config (default: the --task's shipped config, the
+    checkpoint's config when resuming, else DEFAULT_CONFIG), then --set, --task, --updates and
+    --seed over it."""
+    from inferencegym_jax.training_setup import load_config, read_config
+    from training.checkpoint import checkpoint_path
 
     overrides = parse_overrides(args.set)
     if args.task is not None:
@@ -93,7 +103,7 @@ def resolve_config(args: argparse.Namespace) -> Any:
         overrides["seed"] = args.seed
     if args.config is None and getattr(args, "resume", False) and checkpoint_path(args.out).exists():
         return read_config(args.out).replace(**overrides)
-    source = args.config or shipped_config_for(args.task or DEFAULT_TASK)
+    source = args.config or (DEFAULT_CONFIG if args.task is None else shipped_config_for(args.task))
     return load_config(source, **overrides)
 
 
@@ -107,7 +117,7 @@ def check_baselines(trainer: Any, names: list[str] | None) -> None:
     from inferencegym_jax import baselines
 
     serving_env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the env, not PPO's wrapper
-    available = baselines.baseline_policies(serving_env, trainer.env_params, trainer.config.task)
+    available = baselines.baseline_policies(serving_env, trainer.env_params, trainer.env_id)
     unknown = [n for n in names or [] if n not in available]
     if unknown:
         raise ValueError(f"--baselines: unknown baselines {unknown}; available: {list(available)}")
@@ -119,15 +129,18 @@ def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episo
     record (`training.evaluation.eval_record` plus `extra`) to `out_json` when given.
 
     Returns (the table, each policy's mean held-out reward per interval by name)."""
-    from training.evaluation import eval_record, evaluate_against_baselines, write_json
+    from training.evaluation import PPO_NAME, eval_record, evaluate_against_baselines, write_json
 
     t0 = time.perf_counter()
     table, results, rewards = evaluate_against_baselines(trainer, runner, episodes, args.eval_seed,
                                                          _baseline_names(args.baselines))
     seconds = time.perf_counter() - t0
     print(f"\ngraded evaluation: {episodes} held-out episodes (evaluation_key({args.eval_seed})), "
-          f"{trainer.config.task}, {int(runner.update)} updates, {seconds:.1f} s")
+          f"{trainer.env_id}, {int(runner.update)} updates, {seconds:.1f} s")
     print_frame(table)
+    if "minus_best_static" in table.columns:
+        diff, ci = table.loc[PPO_NAME, "minus_best_static"], table.loc[PPO_NAME, "paired_ci95"]
+        print(f"PPO - best_static, paired on the same {episodes} episodes: {diff:+.4f} ± {ci:.4f} (95% CI)")
     record = eval_record(trainer, runner, table, results, episodes, args.eval_seed)
     record.update(extra, eval_seconds=seconds)
     if out_json is not None:
@@ -147,8 +160,8 @@ def check_resume(out: Path, config: Any, args: argparse.Namespace) -> None:
     """ValueError unless OUT's checkpoint is intact and written for the task and config asked
     for and for those of OUT/config.toml (when there is one): a folder holds one run. Cheap (no
     env is built); `load_checkpoint` then checks the env params and the state's shapes."""
-    from training.checkpoint import config_differences, read_config
-    from training.config import load_config
+    from inferencegym_jax.training_setup import load_config, read_config
+    from training.checkpoint import config_differences
 
     saved = read_config(out)  # verifies the checksum: a corrupt checkpoint fails here
     if saved.task != config.task:
@@ -176,8 +189,8 @@ def check_resume(out: Path, config: Any, args: argparse.Namespace) -> None:
 def prepare_run(args: argparse.Namespace) -> tuple[Path, Any, Any, Any]:
     """Every check of `train`, before anything is written: (out folder, config, trainer, the
     state to start from: the verified checkpoint with --resume, else None)."""
+    from inferencegym_jax.training_setup import make_train
     from training.checkpoint import checkpoint_path, load_checkpoint
-    from training.ppo import make_train
 
     out = check_output_folder(args.out, "--out")
     check_output_files(out, RUN_FILES, "--out")
@@ -234,8 +247,8 @@ def cmd_train(args: argparse.Namespace) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> None:
     """Grade a saved policy against the baselines on held-out episodes."""
-    from training.checkpoint import load_checkpoint, read_config
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import make_train, read_config
+    from training.checkpoint import load_checkpoint
 
     out_json = check_output_file(args.json, "--json") if args.json else None
     config = read_config(args.checkpoint)
@@ -247,6 +260,7 @@ def cmd_eval(args: argparse.Namespace) -> None:
 def cmd_sweep(args: argparse.Namespace) -> None:
     """Train a grid of traced hyperparameters x seeds as one program; write the runs, the
     summary and the best setting's config (all atomically)."""
+    from inferencegym_jax.training_setup import make_train
     from training.sweep import parse_grid, run_sweep
 
     out = check_output_folder(args.out, "--out")
@@ -257,7 +271,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
                          f"the largest seed, 2**32 - 1 = {MAX_SEED}")
     grid = parse_grid(args.grid)
     print(f"sweep over {grid} x {args.seeds} seeds, one program; base config:\n{config.describe()}", flush=True)
-    result = run_sweep(config, grid, num_seeds=args.seeds, eval_episodes=args.episodes, eval_seed=args.eval_seed)
+    result = run_sweep(make_train(config), grid, num_seeds=args.seeds, eval_episodes=args.episodes,
+                       eval_seed=args.eval_seed)
     atomic_write_text(out / "sweep.csv", result.runs.to_csv(index=False))
     atomic_write_text(out / "sweep_summary.csv", result.summary.to_csv(index=False))
     atomic_write_text(out / "best.toml", config.replace(**result.best).to_toml())
@@ -271,8 +286,10 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def _config_options(p: argparse.ArgumentParser) -> None:
     """Options that pick and override a training config (train, sweep)."""
     p.add_argument("--task", type=task_id, default=None,
-                   help="task number or env id (default: the config's; without --config, task 1)")
-    p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>)")
+                   help="task number (its newest version) or env id (default: the config's; without --config, "
+                        f"the main job's {DEFAULT_TASK})")
+    p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>[_v<k>]; "
+                                                  f"without --task, the main job's {DEFAULT_CONFIG})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
     p.add_argument("--updates", type=positive_int, default=None, help="override num_updates")
     p.add_argument("--seed", type=seed_int, default=None, help="override the training seed (in [0, 2**32 - 1])")

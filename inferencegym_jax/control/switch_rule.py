@@ -18,13 +18,15 @@ threshold (a configuration for peaks) or below it (one for lulls); the window on
 `off_rate` = HYSTERESIS x `on_rate`. A strong causal non-learning baseline beside the MPC: on
 task 4-v1 the rule gains over best_static what PPO gains (README "Graders and baselines").
 
-Episodes use `evaluate.run_episode`'s keys ((k_reset, k_env, _) = split(key, 3), interval t steps
-with fold_in(k_env, t)), so episode i of `run_rule_episodes(..., key, ...)` is paired with
-episode i of `evaluate.run_episodes(..., key, ...)`.
+A rule is a `protocols.Controller` (its memory: the recent prompt tokens and its last choice), so
+`evaluate.run_episode` plays it with the keys it gives every policy ((k_reset, k_env, _) =
+split(key, 3), interval t steps with fold_in(k_env, t)): episode i of `run_rule_episodes(..., key,
+...)` is paired with episode i of `evaluate.run_episodes(..., key, ...)`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 
@@ -37,7 +39,8 @@ from jax.typing import ArrayLike
 from inferencegym_jax import evaluate, graders
 from inferencegym_jax.baselines import candidate_actions
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
-from inferencegym_jax.evaluate import Trajectory, episode_keys, in_batches, interval_record
+from inferencegym_jax.evaluate import Trajectory, episode_keys
+from inferencegym_jax.protocols import Seen, StepOutput
 
 # The search grid of `select`. Windows [intervals]: 10 s to a minute, the span of the traces'
 # bursts and of their load's correlation (README "Graders and baselines"), 1 s intervals.
@@ -71,6 +74,23 @@ class SwitchRule:
     off_rate: jax.Array
     window: int = struct.field(pytree_node=False)
 
+    def init(self, key: jax.Array, seen: Seen, params: EnvParams) -> tuple[jax.Array, jax.Array]:
+        """The memory at t = 0 (`start_memory`)."""
+        return start_memory(self)
+
+    def act(self, memory: tuple[jax.Array, jax.Array], key: jax.Array, seen: Seen,
+            params: EnvParams) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """(int32 (5,) the configuration for interval seen.t, the memory with that choice): `decide`.
+        Interval t serves with the choice made from the arrivals of intervals t - window .. t - 1
+        (those of them the episode has had; the first interval, with no past, serves `low`)."""
+        memory, action = decide(self, memory, seen.t, params.server.dt_s)
+        return action, memory
+
+    def update(self, memory: tuple[jax.Array, jax.Array], step: StepOutput,
+               params: EnvParams) -> tuple[jax.Array, jax.Array]:
+        """The memory after interval step.t: its arrivals' prompt tokens kept (`remember`)."""
+        return remember(self, memory, step.t, step.info)
+
     def describe(self) -> dict:
         """The rule as plain JSON values."""
         return {"low": np.asarray(self.low).tolist(), "high": np.asarray(self.high).tolist(),
@@ -85,24 +105,6 @@ def make_rule(low: ArrayLike, high: ArrayLike, on_rate: float, off_rate: float, 
         raise ValueError(f"off_rate={off_rate} must be in [0, on_rate={on_rate}]")
     return SwitchRule(jnp.asarray(low, jnp.int32), jnp.asarray(high, jnp.int32), jnp.float32(on_rate),
                       jnp.float32(off_rate), int(window))
-
-
-def run_rule_episode(env: InferenceGymEnv, params: EnvParams, rule: SwitchRule, key: jax.Array,
-                     num_steps: int) -> Trajectory:
-    """One episode of `rule` (module docstring); a Trajectory like run_episode's. Interval t
-    serves with the choice made from the arrivals of intervals t - window .. t - 1 (those of
-    them the episode has had; the first interval, with no past, serves `low`)."""
-    k_reset, k_env, _ = jax.random.split(key, 3)
-    _, state = env.reset_env(k_reset, params)
-
-    def body(carry, t):
-        state, memory = carry
-        memory, action = decide(rule, memory, t, params.server.dt_s)
-        _, state, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        return (state, remember(rule, memory, t, info)), interval_record(reward, info)
-
-    _, traj = jax.lax.scan(body, (state, start_memory(rule)), jnp.arange(num_steps))
-    return traj
 
 
 def start_memory(rule: SwitchRule) -> tuple[jax.Array, jax.Array]:
@@ -128,22 +130,15 @@ def remember(rule: SwitchRule, memory: tuple[jax.Array, jax.Array], t: jax.Array
     return recent.at[t % rule.window].set(jnp.sum(info["arrivals"].prompt_tokens)), high
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num_steps"))
-def _run_batch(env, params, rule, keys, num_steps):
-    return jax.vmap(lambda k: run_rule_episode(env, params, rule, k, num_steps))(keys)
-
-
 def run_rule_episodes(env: InferenceGymEnv, params: EnvParams, rule: SwitchRule, key: jax.Array,
                       num_episodes: int, *, batch_size: int = 256, num_steps: int | None = None) -> Trajectory:
     """Episodes 0 .. num_episodes-1 of `rule` (`num_steps` intervals, default the task's), episode
     i from fold_in(key, i) (paired with evaluate.run_episodes' episode i); batches of `batch_size`
-    episodes per jitted call, which compiles once per window and task: the rule's configurations
-    and thresholds are traced."""
+    episodes per jitted call (`evaluate.run_episodes`), which compiles once per window and task:
+    the rule's configurations and thresholds are traced."""
     if num_episodes < 1 or batch_size < 1:
         raise ValueError(f"num_episodes={num_episodes} and batch_size={batch_size} must be >= 1")
-    num_steps = int(num_steps or int(params.max_steps_in_episode))
-    return in_batches(lambda keys, start, count: _run_batch(env, params, rule, keys, num_steps), key, num_episodes,
-                      batch_size)
+    return evaluate.run_episodes(env, params, rule, key, num_episodes, batch_size=batch_size, num_steps=num_steps)
 
 
 def offered_prompt_tokens(env: InferenceGymEnv, params: EnvParams, key: jax.Array, num_episodes: int,
@@ -176,16 +171,41 @@ def windowed_rates(tokens: np.ndarray, window: int, dt_s: float) -> np.ndarray:
     return ((sums[:, window:] - sums[:, :-window]) / (window * dt_s)).astype(np.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class RuleGrid:
+    """`select`'s search grid (module docstring); the defaults are the module's. ValueError
+    naming `first_stage` where its window or quantiles are off the grid.
+
+    Attributes:
+      windows: [intervals] the rule's windows tried.
+      on_quantiles: quantiles of the training episodes' windowed rate tried as `on_rate`.
+      hysteresis: off_rate / on_rate ratios tried.
+      first_stage: {"window", "on_quantiles", "hysteresis"}: the part of the grid on which every
+        pair of configurations is ranked.
+      shortlist: pairs of the first stage's ranking searched on the whole grid.
+    """
+
+    windows: tuple[int, ...] = WINDOWS
+    on_quantiles: tuple[float, ...] = ON_QUANTILES
+    hysteresis: tuple[float, ...] = HYSTERESIS
+    first_stage: dict = dataclasses.field(default_factory=lambda: dict(FIRST_STAGE))
+    shortlist: int = SHORTLIST
+
+    def __post_init__(self) -> None:
+        stage = self.first_stage
+        if stage["window"] not in self.windows or not set(stage["on_quantiles"]) <= set(self.on_quantiles):
+            raise ValueError(f"first_stage={stage} must lie on the grid windows={self.windows}, "
+                             f"on_quantiles={self.on_quantiles}")
+
+
 def select(env: InferenceGymEnv, params: EnvParams, task_id: str, num_episodes: int = 128, seed: int = 0, *,
-           windows: tuple[int, ...] = WINDOWS, on_quantiles: tuple[float, ...] = ON_QUANTILES,
-           hysteresis: tuple[float, ...] = HYSTERESIS, first_stage: dict = FIRST_STAGE, shortlist: int = SHORTLIST,
-           num_steps: int | None = None) -> tuple[SwitchRule, float]:
+           grid: RuleGrid | None = None, num_steps: int | None = None) -> tuple[SwitchRule, float]:
     """(the rule with the best mean score over `num_episodes` training episodes, that score): the
-    module docstring's two-stage search on fold_in(training_key(seed), SELECTION_STREAM). The
-    grid arguments default to the module's; `first_stage`'s window and quantiles must be in it."""
-    if first_stage["window"] not in windows or not set(first_stage["on_quantiles"]) <= set(on_quantiles):
-        raise ValueError(f"first_stage={first_stage} must lie on the grid windows={windows}, "
-                         f"on_quantiles={on_quantiles}")
+    module docstring's two-stage search over `grid` (default RuleGrid()) on
+    fold_in(training_key(seed), SELECTION_STREAM)."""
+    grid = RuleGrid() if grid is None else grid
+    windows, on_quantiles, hysteresis = grid.windows, grid.on_quantiles, grid.hysteresis
+    first_stage, shortlist = grid.first_stage, grid.shortlist
     key = jax.random.fold_in(evaluate.training_key(seed), SELECTION_STREAM)
     best = np.asarray(graders.load_constants(task_id)["best_static_action"], np.int32)
     others = candidate_actions(env, params, task_id)  # `best` among them: a rule that never switches
@@ -198,7 +218,8 @@ def select(env: InferenceGymEnv, params: EnvParams, task_id: str, num_episodes: 
     @functools.cache  # the first stage's points are the second's too
     def score(pair: int, window: int, q: float, ratio: float) -> tuple[float, SwitchRule]:
         on = float(on_rates[window][on_quantiles.index(q)])
-        rule = make_rule(*pairs[pair], on, ratio * on, window)
+        low, high = pairs[pair]
+        rule = make_rule(low, high, on, ratio * on, window)
         traj = run_rule_episodes(env, params, rule, key, num_episodes, num_steps=num_steps)
         return float(np.mean(evaluate.grade_trajectory(traj, params, task_id).scores)), rule
 
@@ -207,6 +228,6 @@ def select(env: InferenceGymEnv, params: EnvParams, task_id: str, num_episodes: 
                    for q in first_stage["on_quantiles"])
 
     ranked = sorted(range(len(pairs)), key=first_stage_score, reverse=True)
-    grid = itertools.product(ranked[:shortlist], windows, on_quantiles, hysteresis)
-    top, rule = max((score(*point) for point in grid), key=lambda scored: scored[0])
+    points = itertools.product(ranked[:shortlist], windows, on_quantiles, hysteresis)
+    top, rule = max((score(*point) for point in points), key=lambda scored: scored[0])
     return rule, top

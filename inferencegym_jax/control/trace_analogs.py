@@ -26,10 +26,10 @@ from inferencegym_jax.traffic import workload
 
 # [intervals] The load an analog must match: the offered prompt tokens over the last 30 intervals.
 # Chosen on 64 training episodes of task 4-v1 (the switching rule's selection episodes; planning
-# every 10th interval, horizon 30, 64 analogs; scripts/trace_forecast_sweep.py,
-# results/trace_forecast_sweep_v1.json): windows 10 / 30 / 60 gained +0.025 / +0.038 / +0.026
+# every 10th interval, horizon 30, 64 analogs; experiments/trace_forecast_sweep.py,
+# experiments/results/trace_forecast_sweep_v1.json): windows 10 / 30 / 60 gained +0.025 / +0.038 / +0.026
 # over the best static configuration. The switching rule's search chose 30 too
-# (results/switch_rule_v1.json).
+# (experiments/results/switch_rule_v1.json).
 WINDOW = 30
 # [intervals] How far back before now - horizon an analog may start: an hour at 1-s intervals,
 # the Azure trace's whole span (3,424 s, configs/tasks/task4_v1.toml). A fixed size keeps the

@@ -12,7 +12,7 @@ arrival counts of the intervals so far (exact Poisson likelihoods of `workload`'
   * "mmpp": the forward algorithm of the two-state chain (off, on) with the flip probabilities
     of `workload.advance`; prior the chain's stationary law, as `init_from_draws` draws it.
   * "constant" and "trace": nothing is hidden from this model's point of view (a trace's offset
-    is handled by the planner, `mpc._planning_state`); the belief stays at its prior and
+    is handled by the planner, `mpc_planning._planning_state`); the belief stays at its prior and
     `sample` returns the state it is given.
 
 Counts of class c in an interval are Poisson(lam_c) with lam_c = base_rate x dt x class_mix_c
@@ -21,6 +21,8 @@ draws_from_uniforms`); the factorial terms are the same for every hypothesis and
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -91,14 +93,14 @@ def update(belief: TrafficBelief, count: Array, t_s: Array, dt_s: Array, params:
     if params.schedule == "periodic":
         on = _on_per_phase(t_s, params)
         log_phase = belief.log_phase + jnp.where(on, loglik[1], loglik[0])
-        return belief.replace(log_phase=log_phase - jnp.max(log_phase))
+        return dataclasses.replace(belief, log_phase=log_phase - jnp.max(log_phase))
     # mmpp: condition on the count, then step the chain once (workload.advance's flips).
     post = belief.log_burst + loglik
     post = post - jax.scipy.special.logsumexp(post)
     leave_off, leave_on = workload.mmpp_flip_probabilities(dt_s, params)
     transition = jnp.array([[1.0 - leave_off, leave_off], [leave_on, 1.0 - leave_on]], jnp.float32)
     log_next = jax.scipy.special.logsumexp(post[:, None] + jnp.log(transition), axis=0)
-    return belief.replace(log_burst=log_next)
+    return dataclasses.replace(belief, log_burst=log_next)
 
 
 def sample(belief: TrafficBelief, key: jax.Array, state: WorkloadState, params: WorkloadParams) -> WorkloadState:
@@ -109,9 +111,9 @@ def sample(belief: TrafficBelief, key: jax.Array, state: WorkloadState, params: 
         cell = jax.random.categorical(k_cell, belief.log_phase)
         width = params.burst_period_s / PHASE_GRID
         phase = (cell.astype(jnp.float32) + jax.random.uniform(k_within)) * width
-        return state.replace(phase_s=jnp.mod(phase, params.burst_period_s).astype(jnp.float32))
+        return dataclasses.replace(state, phase_s=jnp.mod(phase, params.burst_period_s).astype(jnp.float32))
     if params.schedule == "mmpp":
-        return state.replace(in_burst=jax.random.categorical(key, belief.log_burst) == 1)
+        return dataclasses.replace(state, in_burst=jax.random.categorical(key, belief.log_burst) == 1)
     return state
 
 

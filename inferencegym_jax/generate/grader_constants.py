@@ -78,8 +78,9 @@ def mpc_probe_values(env_id: str, best_static: list[int], seed: int) -> list[flo
     env, params = ig.make(env_id)
     key = jax.random.fold_in(evaluate.training_key(seed), SEARCH_STREAM + 1)
     candidates = mpc.candidate_actions(env, params, env_id, best_static)
-    traj = mpc.run_mpc_episodes(env, params, env_id, key, PROBE_EPISODES, clairvoyant=True, candidates=candidates,
-                                horizon=MPC_PROBE_HORIZON, num_steps=MPC_PROBE_STEPS)
+    config = mpc.MPCConfig(clairvoyant=True, horizon=MPC_PROBE_HORIZON)
+    ctrl = mpc.controller(env, params, env_id, config, candidates=candidates, num_steps=MPC_PROBE_STEPS)
+    traj = mpc.run_mpc_episodes(ctrl, params, key, PROBE_EPISODES)
     return [float(f"{v:.6g}") for v in _unnormalised(traj, params, graders.grader_name(env_id))]
 
 
@@ -107,7 +108,8 @@ def task_constants(env_id: str, episodes: int, seed: int, log: Callable[[str], N
     scale = {}
     if oracle_scaled:
         candidates = mpc.candidate_actions(env, params, env_id, search["best_action"])
-        oracle = mpc.run_mpc_episodes(env, params, env_id, key, episodes, clairvoyant=True, candidates=candidates)
+        ctrl = mpc.controller(env, params, env_id, mpc.MPCConfig(clairvoyant=True), candidates=candidates)
+        oracle = mpc.run_mpc_episodes(ctrl, params, key, episodes)
         mpc_values = _unnormalised(oracle, params, grader)
         hindsight = search["episode_scores"].max(axis=0)  # same episodes: fold_in(key, i)
         scale = {"score_floor": round(float(np.mean(_unnormalised(traj, params, grader))), 6),

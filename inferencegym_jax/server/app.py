@@ -2,8 +2,9 @@
 
 `build_app(core)` serves, on one port:
   * OpenEnv's routes over `openenv_env.InferenceGymEnvironment`: WS /ws (one episode per
-    connection), the stateless POST /reset, POST /step, GET /state, and GET /health, /metadata,
-    /schema, POST /mcp;
+    connection), the stateless POST /reset, POST /step (a step without a reset starts the
+    default episode: `openenv_env`'s docstring and the route's OpenAPI description), GET /state,
+    and GET /health, /metadata, /schema, POST /mcp;
   * `routes`: the session API, /tasks, /info, /grader, /baseline and the live page /view.
 
 Bodies over MAX_BODY_BYTES are refused with 413 before they are read whole. `serve` compiles
@@ -24,10 +25,11 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from openenv.core.env_server.http_server import create_app
 
 from inferencegym_jax.server.core import ServerCore
-from inferencegym_jax.server.openenv_env import ENV_NAME, InferenceGymEnvironment
+from inferencegym_jax.server.openenv_env import DEFAULT_EPISODE, DEFAULT_SEED, ENV_NAME, InferenceGymEnvironment
 from inferencegym_jax.server.routes import build_router
 from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
 
@@ -85,6 +87,31 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
+STATELESS_STEP = f"""
+Take one control interval (1 s of serving) in a fresh environment, OpenEnv's stateless step: no
+prior `POST /reset` is needed nor used (each stateless request has its own environment). The step
+starts episode {DEFAULT_EPISODE} of the key stream of seed {DEFAULT_SEED} on the server's first
+task, as `POST /reset {{"seed": {DEFAULT_SEED}}}` would, and takes the action in it; the response
+says so in its `metadata`: `{{"episode_started": true, "task_id": ..., "seed": {DEFAULT_SEED},
+"episode": {DEFAULT_EPISODE}}}`. To play an episode step by step use the WebSocket `/ws` (one
+episode per connection) or the session routes (`POST /sessions`, `POST /sessions/{{id}}/step`).
+
+The action is knob values in physical units (omitted knobs take the task default) or
+`{{"policy": name}}`, a server policy (GET /tasks); bad values answer 422 naming the field.
+The response: `observation` (the fields of GET /schema, in their units, with the reward's
+terms, the interval's metrics and the knobs applied), `reward` in [-1, 1], `done`, `metadata`.
+"""
+
+
+def describe_stateless_step(app: FastAPI) -> None:
+    """Put STATELESS_STEP as the OpenAPI description of OpenEnv's POST /step (which OpenEnv's
+    production mode does not register: then there is nothing to describe)."""
+    for route in app.routes:
+        if isinstance(route, APIRoute) and route.path == "/step" and "POST" in (route.methods or ()):
+            route.description = STATELESS_STEP
+            route.summary = "Take one interval; a step without a reset starts the default episode"
+
+
 def json_safe(value: Any) -> Any:
     """`value` with every non-finite float as its text ("nan", "inf"): JSON has no NaN, and a
     422 that quotes the NaN a client sent must still be valid JSON."""
@@ -113,6 +140,7 @@ def build_app(core: ServerCore) -> FastAPI:
         max_concurrent_envs=core.store.max_sessions,
         state_cls=ServingState,
     )
+    describe_stateless_step(app)
     app.include_router(build_router(core))
     app.add_exception_handler(RequestValidationError, validation_error)
 

@@ -96,8 +96,8 @@ def checkpoint_policy(directory: str, task_id: str, params: Any) -> Policy:
     ValueError for a missing or corrupt checkpoint, another task, or other env params."""
     from inferencegym_jax import env as env_module
     from inferencegym_jax import wrappers
-    from training.checkpoint import load_checkpoint, read_config
-    from training.ppo import make_train
+    from inferencegym_jax.training_setup import make_train, read_config
+    from training.checkpoint import load_checkpoint
 
     try:
         config = read_config(directory)

@@ -8,6 +8,15 @@ go through the core's batcher, so the episodes of all open connections are stepp
 
 reset(seed=s, episode=e, task_id=t): episode e of the key stream of seed s (pool module
 docstring), task t (default: the first served task). A step after the horizon raises HTTP 409.
+
+A step with no episode started (every stateless `POST /step`, whose environment is fresh, or a
+connection's first message when it is a step) first starts episode 0 of the stream of
+DEFAULT_SEED on the default task, as `reset(seed=DEFAULT_SEED)` would, and then takes the step:
+OpenEnv's HTTP routes are stateless by design, and its reference environments step from a
+fresh instance. The observation says so in its metadata (`started_metadata`; OpenEnv's
+`POST /step` also gives it at the top level of its response):
+{"episode_started": true, "task_id": ..., "seed": DEFAULT_SEED, "episode": 0}. A step in an
+episode already started has empty metadata.
 """
 
 from __future__ import annotations
@@ -25,10 +34,18 @@ from inferencegym_jax.server.schemas import ServingAction, ServingObservation, S
 from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone, SessionNotFound
 
 ENV_NAME = "inferencegym"
+# The seed and episode of the episode a step with none started begins (module docstring).
+DEFAULT_SEED = 0
+DEFAULT_EPISODE = 0
 
 
-def observation(result: StepResult, task_id: str) -> ServingObservation:
-    """The OpenEnv observation of a step result."""
+def started_metadata(session: Session) -> dict[str, Any]:
+    """The observation metadata of a step that started its episode (module docstring)."""
+    return {"episode_started": True, "task_id": session.task_id, "seed": session.seed, "episode": session.episode}
+
+
+def observation(result: StepResult, task_id: str, metadata: dict[str, Any] | None = None) -> ServingObservation:
+    """The OpenEnv observation of a step result, with `metadata` (default: none)."""
     return ServingObservation(
         **result.observation,
         done=result.done,
@@ -39,6 +56,7 @@ def observation(result: StepResult, task_id: str) -> ServingObservation:
         clipped=result.clipped,
         step_count=result.step_count,
         task_id=task_id,
+        metadata=metadata or {},
     )
 
 
@@ -89,10 +107,12 @@ class InferenceGymEnvironment(Environment[ServingAction, ServingObservation, Ser
                 self._session = self._core.store.create(task, pinned=True)
         return self._session
 
-    def _current(self) -> Session:
-        if self._session is None or not self._session.started:
-            raise HTTPException(409, "reset the environment before stepping it")
-        return self._session
+    def _stepping(self) -> tuple[Session, bool]:
+        """The session a step runs in, and whether its episode must start first (none started:
+        the module docstring's stateless step)."""
+        if self._session is not None and self._session.started:
+            return self._session, False
+        return self._session_for(None if self._session is None else self._session.task_id), True
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
                           episode: int = 0) -> ServingObservation:
@@ -109,16 +129,20 @@ class InferenceGymEnvironment(Environment[ServingAction, ServingObservation, Ser
         return observation(result, session.task_id)
 
     async def step_async(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
-        session = self._current()
+        session, start = self._stepping()
         with http_errors():
+            if start:
+                await self._core.reset(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = await self._core.step(session, action.knobs(), action.policy)
-        return observation(result, session.task_id)
+        return observation(result, session.task_id, started_metadata(session) if start else None)
 
     def step(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
-        session = self._current()
+        session, start = self._stepping()
         with http_errors():
+            if start:
+                self._core.reset_now(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = self._core.step_now(session, action.knobs(), action.policy)
-        return observation(result, session.task_id)
+        return observation(result, session.task_id, started_metadata(session) if start else None)
 
     @property
     def state(self) -> ServingState:

@@ -46,12 +46,24 @@ def session_body(session: Session, result: StepResult | None = None) -> dict[str
 
 
 def build_router(core: ServerCore) -> APIRouter:
-    """The routes of the module docstring over `core`."""
+    """The routes of the module docstring over `core`, in that order."""
     router = APIRouter()
+    add_session_routes(router, core)
+    add_log_routes(router, core)
+    add_task_routes(router, core)
+    add_grading_routes(router, core)
+    add_view_route(router)
+    return router
 
-    def find(session_id: str) -> Session:
-        with http_errors():
-            return core.store.get(session_id)
+
+def find(core: ServerCore, session_id: str) -> Session:
+    """The open session `session_id`; HTTP 404 (unknown) or 410 (evicted) otherwise."""
+    with http_errors():
+        return core.store.get(session_id)
+
+
+def add_session_routes(router: APIRouter, core: ServerCore) -> None:
+    """POST /sessions, GET /sessions/{id}, POST /sessions/{id}/reset and /step."""
 
     @router.post("/sessions", status_code=201, tags=["Sessions"])
     async def create_session(body: schemas.CreateSession) -> dict[str, Any]:
@@ -64,34 +76,42 @@ def build_router(core: ServerCore) -> APIRouter:
 
     @router.get("/sessions/{session_id}", tags=["Sessions"])
     async def get_session(session_id: str) -> dict[str, Any]:
-        return session_body(find(session_id))
+        return session_body(find(core, session_id))
 
     @router.post("/sessions/{session_id}/reset", tags=["Sessions"])
     async def reset_session(session_id: str, body: schemas.ResetSession) -> dict[str, Any]:
-        session = find(session_id)
+        session = find(core, session_id)
         with http_errors():
             result = await core.reset(session, body.seed, body.episode, body.episode_id)
         return session_body(session, result)
 
     @router.post("/sessions/{session_id}/step", tags=["Sessions"])
     async def step_session(session_id: str, body: schemas.StepSession) -> dict[str, Any]:
-        session = find(session_id)
+        session = find(core, session_id)
         action = None if body.action is None else body.action.model_dump()
         with http_errors():
             result = await core.step(session, action, body.policy)
         return session_body(session, result)
 
+
+def add_log_routes(router: APIRouter, core: ServerCore) -> None:
+    """GET /sessions/{id}/log and DELETE /sessions/{id}."""
+
     @router.get("/sessions/{session_id}/log", tags=["Sessions"])
     async def session_log(session_id: str) -> dict[str, Any]:
-        session = find(session_id)
+        session = find(core, session_id)
         return {"task_id": session.task_id, "intervals": list(session.log)}
 
     @router.delete("/sessions/{session_id}", status_code=204, tags=["Sessions"])
     async def close_session(session_id: str) -> Response:
-        find(session_id)
+        find(core, session_id)
         with http_errors():
             core.store.close(session_id)
         return Response(status_code=204)
+
+
+def add_task_routes(router: APIRouter, core: ServerCore) -> None:
+    """GET /tasks, /stats and /info."""
 
     @router.get("/tasks", tags=["Tasks"])
     async def list_tasks() -> dict[str, Any]:
@@ -108,6 +128,10 @@ def build_router(core: ServerCore) -> APIRouter:
     @router.get("/info", tags=["Tasks"])
     async def info() -> dict[str, Any]:
         return info_body(core)
+
+
+def add_grading_routes(router: APIRouter, core: ServerCore) -> None:
+    """POST /grader and GET /baseline."""
 
     @router.post("/grader", tags=["Grading"])
     async def grader(body: schemas.GraderRequest) -> dict[str, Any]:
@@ -126,12 +150,14 @@ def build_router(core: ServerCore) -> APIRouter:
         return {"task_id": resolved, "seed": seed, "episodes": episodes,
                 "key": f"evaluate.evaluation_key({seed}), episodes 0..{episodes - 1}", "policies": rows}
 
+
+def add_view_route(router: APIRouter) -> None:
+    """GET /view: the live page."""
+
     @router.get("/view", response_class=HTMLResponse, tags=["Live view"])
     async def view() -> HTMLResponse:
         page = resources.files("inferencegym_jax.server").joinpath("static", "view.html").read_text()
         return HTMLResponse(page)
-
-    return router
 
 
 def info_body(core: ServerCore) -> dict[str, Any]:

@@ -9,7 +9,7 @@ names the field.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 from openenv.core.env_server.types import Action, Observation, State
@@ -45,12 +45,23 @@ def _knob_field(name: str, required: bool) -> tuple[Any, Any]:
     return (kind if required else kind | None), field
 
 
-# Knob values; omitted knobs take the task default, knobs the task masks are reported clipped.
-KnobValues = pydantic.create_model(
-    "KnobValues", __config__=STRICT, **{k: _knob_field(k, required=False) for k in KNOBS})
-# All five knobs, as a grader record has them.
-AppliedKnobs = pydantic.create_model(
-    "AppliedKnobs", __config__=STRICT, **{k: _knob_field(k, required=True) for k in KNOBS})
+if TYPE_CHECKING:  # models whose fields are made at run time, from KNOBS, FEATURES, METRIC_FIELDS
+
+    class KnobValues(BaseModel): ...
+
+    class AppliedKnobs(BaseModel): ...
+
+    class _ObservationFields(Observation): ...
+
+    class GraderMetrics(BaseModel): ...
+
+else:
+    # Knob values; omitted knobs take the task default, knobs the task masks are reported clipped.
+    KnobValues = pydantic.create_model(
+        "KnobValues", __config__=STRICT, **{k: _knob_field(k, required=False) for k in KNOBS})
+    # All five knobs, as a grader record has them.
+    AppliedKnobs = pydantic.create_model(
+        "AppliedKnobs", __config__=STRICT, **{k: _knob_field(k, required=True) for k in KNOBS})
 
 
 class ServingAction(Action):
@@ -82,8 +93,9 @@ def _obs_field(name: str, feature: Any) -> tuple[Any, Any]:
                        description=f"[{feature.unit}] {feature.doc}{shape}")
 
 
-_ObservationFields = pydantic.create_model(
-    "_ObservationFields", __base__=Observation, **{n: _obs_field(n, f) for n, f in FEATURES})
+if not TYPE_CHECKING:
+    _ObservationFields = pydantic.create_model(
+        "_ObservationFields", __base__=Observation, **{n: _obs_field(n, f) for n, f in FEATURES})
 
 
 class ServingObservation(_ObservationFields):
@@ -141,10 +153,11 @@ class StepSession(BaseModel):
         return self
 
 
-GraderMetrics = pydantic.create_model(
-    "GraderMetrics", __config__=STRICT,
-    **{name: (float, Field(..., ge=0.0, allow_inf_nan=False, description=f"IntervalMetrics.{name}"))
-       for name in METRIC_FIELDS})
+if not TYPE_CHECKING:
+    GraderMetrics = pydantic.create_model(
+        "GraderMetrics", __config__=STRICT,
+        **{name: (float, Field(..., ge=0.0, allow_inf_nan=False, description=f"IntervalMetrics.{name}"))
+           for name in METRIC_FIELDS})
 
 
 class IntervalRecord(BaseModel):

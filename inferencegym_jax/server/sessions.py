@@ -197,7 +197,8 @@ class Batcher:
     def _take(self, task_id: str) -> list[tuple[dict[str, Any], asyncio.Future, Session]]:
         """The next batch: pending operations on distinct slots, up to the largest batch size.
         An operation whose session was closed meanwhile (its slot may be another's now) fails."""
-        pending, batch, rest, slots = self._pending[task_id], [], [], set()
+        batch: list[tuple[dict[str, Any], asyncio.Future, Session]] = []
+        pending, rest, slots = self._pending[task_id], [], set()
         limit = self.pools[task_id].batch_sizes[-1] if self.batching else 1
         for item in pending:
             op, future, session = item

@@ -144,13 +144,13 @@ def _window(requests: list[Requests]) -> list[tuple[float, float]]:
     Traces with a wall-clock origin are cut to the span all of them cover; the others keep
     their full span.
     """
-    timed = [r for r in requests if r.origin is not None]
+    timed = [(r, r.origin) for r in requests if r.origin is not None]
     if len(timed) < 2:
         return [(0.0, r.duration_s) for r in requests]
-    start = max(r.origin for r in timed)
-    end = min(r.origin + dt.timedelta(seconds=r.duration_s) for r in timed)
+    start = max(origin for _, origin in timed)
+    end = min(origin + dt.timedelta(seconds=r.duration_s) for r, origin in timed)
     if end <= start:
-        raise ValueError(f"traces {[r.name for r in timed]} do not overlap in time")
+        raise ValueError(f"traces {[r.name for r, _ in timed]} do not overlap in time")
     out = []
     for r in requests:
         if r.origin is None:

@@ -30,6 +30,7 @@ Length distributions (`LengthDist.kind`, per class, traced):
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -251,10 +252,21 @@ def reset_draws(key: jax.Array) -> Array:
     return sampling.uniforms(key, RESET_DRAWS)
 
 
+def trace_of(params: WorkloadParams) -> Trace:
+    """The recorded trace a "trace" schedule replays.
+
+    Raises:
+      ValueError: the params have no trace (the task validator requires one for "trace").
+    """
+    if params.trace is None:
+        raise ValueError("workload schedule 'trace' needs a recorded trace; WorkloadParams.trace is None")
+    return params.trace
+
+
 def init_from_draws(u: Array, params: WorkloadParams, episode_s: Array) -> WorkloadState:
     """Per-episode traffic state from two uniforms `u` (2,) in [0, 1) (see `reset_draws`)."""
     if params.schedule == "trace":
-        span = jnp.maximum(jnp.min(params.trace.duration_s) - episode_s, 0.0)
+        span = jnp.maximum(jnp.min(trace_of(params).duration_s) - episode_s, 0.0)
         phase = u[0] * span
     else:
         phase = u[0] * params.burst_period_s
@@ -354,7 +366,7 @@ def advance(
     if params.schedule == "mmpp":
         start, end = mmpp_flip_probabilities(dt_s, params)
         flip = jnp.where(state.in_burst, end, start)
-        state = state.replace(in_burst=jnp.where(draws.u_burst < flip, ~state.in_burst, state.in_burst))
+        state = dataclasses.replace(state, in_burst=jnp.where(draws.u_burst < flip, ~state.in_burst, state.in_burst))
     return state, arrivals
 
 
@@ -370,7 +382,8 @@ def step(
 def trace_totals_before(trace: Trace, time_s: Array) -> tuple[Array, Array, Array, Array]:
     """Per class, the requests of `trace` that arrived before `time_s` [s] on its clock:
     (count, prompt tokens, output tokens, squared prompt tokens), each float32 (3, *time_s.shape)."""
-    def one_class(arrival, prompt_cs, output_cs, sq_cs):
+    def one_class(arrival: Array, prompt_cs: Array, output_cs: Array,
+                  sq_cs: Array) -> tuple[Array, Array, Array, Array]:
         # Index of the last request with arrival < time (the sentinel at 0 is -inf).
         i = jnp.searchsorted(arrival, time_s, side="left") - 1
         return i.astype(jnp.float32), prompt_cs[i], output_cs[i], sq_cs[i]
@@ -383,7 +396,7 @@ def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: Workl
     # end = phase + (t + dt), not (phase + t) + dt: bit for bit the next interval's start, so
     # consecutive intervals partition the trace (no request counted twice or lost to rounding).
     start, end = state.phase_s + t_s, state.phase_s + (t_s + dt_s)
-    totals = trace_totals_before(params.trace, jnp.stack([start, end]))  # each (3, 2)
+    totals = trace_totals_before(trace_of(params), jnp.stack([start, end]))  # each (3, 2)
     count, prompt, output, sq = (total[:, 1] - total[:, 0] for total in totals)
     return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s)
 
@@ -400,8 +413,9 @@ def burst_time_fraction(params: WorkloadParams) -> Array:
 def mean_rate(params: WorkloadParams) -> Array:
     """Long-run mean arrival rate [req/s] of the schedule (trace: requests / duration)."""
     if params.schedule == "trace":
-        n = jnp.sum(jnp.isfinite(params.trace.arrival_s[:, 1:]), axis=1)
-        return jnp.sum(n / params.trace.duration_s)
+        trace = trace_of(params)
+        n = jnp.sum(jnp.isfinite(trace.arrival_s[:, 1:]), axis=1)
+        return jnp.sum(n / trace.duration_s)
     return params.base_rate * (1.0 + burst_time_fraction(params) * (params.burst_multiplier - 1.0))
 
 
@@ -414,7 +428,7 @@ def peak_rate(params: WorkloadParams) -> Array:
     """Highest scheduled arrival rate [req/s]: the burst rate ("periodic", "mmpp"), the base rate
     ("constant"), or a trace's busiest PEAK_WINDOW_S window (all classes together)."""
     if params.schedule == "trace":
-        arrivals = jnp.sort(params.trace.arrival_s[:, 1:].reshape(-1))  # +inf padding sorts last
+        arrivals = jnp.sort(trace_of(params).arrival_s[:, 1:].reshape(-1))  # +inf padding sorts last
         in_window = jnp.searchsorted(arrivals, arrivals + PEAK_WINDOW_S) - jnp.arange(arrivals.size)
         return jnp.max(jnp.where(jnp.isfinite(arrivals), in_window, 0)) / PEAK_WINDOW_S
     if params.schedule in ("periodic", "mmpp"):
@@ -426,7 +440,7 @@ def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
     """Mean prompt and output lengths [tokens] per request: mix-weighted, over the base and the
     burst regimes in proportion to the requests each brings (trace: over the whole trace)."""
     if params.schedule == "trace":
-        tr = params.trace
+        tr = trace_of(params)
         n = jnp.sum(jnp.isfinite(tr.arrival_s[:, 1:]), axis=1)
         total = jnp.maximum(jnp.sum(n), 1)
         return jnp.sum(jnp.max(tr.prompt_cumsum, axis=1)) / total, jnp.sum(jnp.max(tr.output_cumsum, axis=1)) / total
@@ -442,4 +456,5 @@ def mean_lengths(params: WorkloadParams) -> tuple[Array, Array]:
     same = jnp.all(bmix == mix) & jax.tree_util.tree_reduce(
         jnp.logical_and, jax.tree_util.tree_map(lambda a, b: jnp.all(a == b), params.burst_prompt, params.prompt))
     # A burst like the base traffic leaves the means as they are, to the bit.
-    return tuple(jnp.where(same, b, (1.0 - share) * b + share * u) for b, u in zip(base, burst))
+    prompt_mean, output_mean = (jnp.where(same, b, (1.0 - share) * b + share * u) for b, u in zip(base, burst))
+    return prompt_mean, output_mean

@@ -16,8 +16,8 @@ import jax
 
 from inferencegym_jax import spaces
 from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.protocols import Environment, ServingEnvironment, StepResult
 
-StepResult = tuple[Any, Any, jax.Array, jax.Array, jax.Array, dict[str, Any]]
 # The action layout of the serving env itself (grid indices); knob_actions adds the others.
 ABSOLUTE = "absolute"
 
@@ -34,7 +34,7 @@ class Wrapper:
       env: the wrapped env (a serving env or another wrapper).
     """
 
-    def __init__(self, env: Any):
+    def __init__(self, env: ServingEnvironment):
         self.env = env
 
     def __repr__(self) -> str:
@@ -118,7 +118,7 @@ def flag_clipped(result: StepResult, clipped: jax.Array) -> StepResult:
     return obs, state, reward, terminated, truncated, info
 
 
-def base_action_policy(env: Any, policy: Any) -> Any:
+def base_action_policy(env: Environment, policy: Any) -> Any:
     """A policy of `env`'s spaces (a serving env under any stack of wrappers) as a policy of the
     serving env's: structured observations in, int32 (5,) grid indices out.
 

@@ -29,6 +29,7 @@ from jax import Array
 
 from inferencegym_jax.control import traffic_belief
 from inferencegym_jax.control.traffic_belief import TrafficBelief
+from inferencegym_jax.protocols import ServingEnvironment
 from inferencegym_jax.wrappers.memory import MemoryWrapper
 
 
@@ -50,7 +51,7 @@ class TrafficForecastWrapper(MemoryWrapper):
     probability that a burst is on in the k-th interval from now (k = 0: the interval the action
     acts in). Actions, reward and info are the wrapped env's."""
 
-    def __init__(self, env: Any, intervals: int = 15):
+    def __init__(self, env: ServingEnvironment, intervals: int = 15):
         if intervals < 1:
             raise ValueError(f"intervals={intervals} must be >= 1")
         super().__init__(env)

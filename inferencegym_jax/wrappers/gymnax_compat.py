@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from inferencegym_jax import spaces
+from inferencegym_jax.protocols import ServingEnvironment
 from inferencegym_jax.wrappers.base import Wrapper
 from inferencegym_jax.wrappers.flatten import FlattenObservationWrapper
 from inferencegym_jax.wrappers.joint_discrete import JointDiscreteActionWrapper
@@ -54,7 +55,7 @@ class GymnaxEnv(Wrapper):
         reward, done, info); False: six, as gymnax >= 1.0 and the serving env.
     """
 
-    def __init__(self, env: Any, legacy_step: bool = False):
+    def __init__(self, env: ServingEnvironment, legacy_step: bool = False):
         super().__init__(env)
         self.legacy_step = bool(legacy_step)
 

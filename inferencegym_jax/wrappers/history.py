@@ -29,6 +29,7 @@ from flax import struct
 from jax import Array
 
 from inferencegym_jax import observation
+from inferencegym_jax.protocols import ServingEnvironment
 from inferencegym_jax.traffic import workload
 from inferencegym_jax.wrappers.memory import MemoryWrapper
 
@@ -53,7 +54,7 @@ class ArrivalHistoryWrapper(MemoryWrapper):
     """Observations are float32 (OBS_SIZE + windows,) vectors in [0, 1]; actions, reward and info
     are the wrapped env's."""
 
-    def __init__(self, env: Any, windows: int = 12, window_intervals: int = 5):
+    def __init__(self, env: ServingEnvironment, windows: int = 12, window_intervals: int = 5):
         if windows < 1 or window_intervals < 1:
             raise ValueError(f"windows={windows} and window_intervals={window_intervals} must be >= 1")
         super().__init__(env)

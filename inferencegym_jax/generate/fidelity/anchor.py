@@ -4,6 +4,7 @@ kernel-profile anchors time."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import jax
@@ -78,7 +79,8 @@ def kernels_only(profile: perf_model.Profile, norms: bool = True) -> perf_model.
     """`profile` cut down to what the kernel profiles time: the 32 layers' linear ops (and,
     with `norms`, their elementwise ops). No LM head, attention, KV cache or engine overhead."""
     zero = jnp.zeros((), jnp.float32)
-    cut = profile.replace(
+    cut = dataclasses.replace(
+        profile,
         weight_read_bytes=profile.weight_read_bytes - 2.0 * profile.lm_head_params,
         lm_head_params=zero,
         kv_bytes_per_token=zero,
@@ -87,7 +89,7 @@ def kernels_only(profile: perf_model.Profile, norms: bool = True) -> perf_model.
         draft_params=zero,
     )
     if not norms:
-        cut = cut.replace(elementwise_bytes_per_token=zero, fixed_kernel_s=zero)
+        cut = dataclasses.replace(cut, elementwise_bytes_per_token=zero, fixed_kernel_s=zero)
     return cut
 
 

@@ -219,6 +219,6 @@ def floor_ratio() -> tuple[float, int]:
     """Smallest simulated time / peak-roofline floor over a grid of decode and prefill passes
     (every GPU, precision, draft, batch 1-512, context 128-8192, draft length 0-8), and the
     number of passes."""
-    ratios = [r for gpu, g in GPUS.items() for quant, q in PRECISIONS.items() for r in _floor_ratios(gpu, g, quant, q)]
-    ratios = np.concatenate(ratios)
+    parts = [r for gpu, g in GPUS.items() for quant, q in PRECISIONS.items() for r in _floor_ratios(gpu, g, quant, q)]
+    ratios = np.concatenate(parts)
     return float(ratios.min()), int(ratios.size)

@@ -2,15 +2,15 @@
 ensembles of several windows, sizes and planning intervals, on training episodes; and with
 --rollout, how the rollout MPC (the switching rule as the base policy) was.
 
-    python scripts/trace_forecast_sweep.py --json results/trace_forecast_sweep_v1.json   # task 4-v1, 64 episodes
-    python scripts/trace_forecast_sweep.py --rollout --json results/rollout_sweep_v1.json
+    python experiments/trace_forecast_sweep.py --json experiments/results/trace_forecast_sweep_v1.json  # task 4-v1
+    python experiments/trace_forecast_sweep.py --rollout --json experiments/results/rollout_sweep_v1.json
 
 Every point plays episodes 0..N-1 of fold_in(training_key(seed), switch_rule.SELECTION_STREAM)
 (the switching rule's selection episodes: never an evaluation episode), 30 intervals ahead
 (mpc.HORIZON), and its gain is paired with the best static configuration on the same episodes,
 graded as the README's tables are. inferencegym_jax.control.trace_analogs gives the forecast,
 inferencegym_jax.control.mpc the controller. The rollout points' base policy is the switching rule
-selected on --rule-episodes of those episodes (switch_rule.select, as scripts/mpc_gap.py
+selected on --rule-episodes of those episodes (switch_rule.select, as experiments/mpc_gap.py
 --rule-episodes selects it), and their gains are paired with the rule's too.
 """
 
@@ -136,8 +136,8 @@ def forecast_row(env, params, task_id: str, key: jax.Array, episodes: int, stati
                  samples: int, window: int, every: int) -> dict:
     """One point of POINTS: the causal MPC's gain over `static` (per-episode scores)."""
     t0 = time.perf_counter()
-    traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, samples=samples,
-                                replan_every=every, trace_forecast=forecast, analog_window=window)
+    config = mpc.MPCConfig(samples=samples, replan_every=every, trace_forecast=forecast, analog_window=window)
+    traj = mpc.run_mpc_episodes(mpc.controller(env, params, task_id, config), params, key, episodes)
     graded = evaluate.grade_trajectory(traj, params, task_id)
     gain = graded.scores - static
     row = {"forecast": forecast, "futures": samples, "window": window, "replan_every": every,
@@ -153,9 +153,10 @@ def rollout_row(env, params, task_id: str, key: jax.Array, episodes: int, static
     """One point of ROLLOUT_POINTS: the rollout MPC's gain over `static` and over the rule (`by_rule`)."""
     t0 = time.perf_counter()
     actions = np.stack([rule.low, rule.high]) if candidates == "rule" else mpc.candidate_actions(env, params, task_id)
-    traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, horizon=horizon,
-                                samples=samples, replan_every=every, trace_forecast=forecast, base=rule,
-                                candidates=actions, margin=margin)
+    config = mpc.MPCConfig(horizon=horizon, samples=samples, replan_every=every, trace_forecast=forecast,
+                           margin=margin)
+    ctrl = mpc.controller(env, params, task_id, config, candidates=actions, base=rule)
+    traj = mpc.run_mpc_episodes(ctrl, params, key, episodes)
     graded = evaluate.grade_trajectory(traj, params, task_id)
     gain, over_rule = graded.scores - static, graded.scores - by_rule
     row = {"candidates": candidates, "forecast": forecast, "futures": samples, "replan_every": every,

@@ -2,20 +2,21 @@
 causal switching rule against the exhaustive best static configuration, paired on the same
 held-out episodes.
 
-    python scripts/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
-    python scripts/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json results/mpc_gap.json
-    python scripts/mpc_gap.py --version 1            # the v1 tasks
-    python scripts/mpc_gap.py --objective reward --horizon 10   # the README's v0 table: the first controllers
-    python scripts/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
-    python scripts/mpc_gap.py --version 1 --replan-every 10      # plans every 10th interval (move blocking)
-    python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --refine-block 10 --no-causal  # refined oracle
-    python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --json results/mpc_behaviour_task2_v1.json  # README
-    python scripts/mpc_gap.py --version 1 --task 4 --rule-episodes 128 --no-mpc   # the switching rule only
-    python scripts/mpc_gap.py --version 1 --task 4 --replan-every 10 --samples 64 --trace-forecast analogs  # README
-    python scripts/mpc_gap.py --version 1 --task 3 --task 4 --rule-episodes 128 --rollout --replan-every 1 \
+    python experiments/mpc_gap.py                        # 64 episodes of evaluation_key(0), tasks 1-4, v0
+    python experiments/mpc_gap.py --episodes 256 --task 2 --horizon 20 --json experiments/results/mpc_gap.json
+    python experiments/mpc_gap.py --version 1            # the v1 tasks
+    python experiments/mpc_gap.py --objective reward --horizon 10   # the README's v0 table: the first controllers
+    python experiments/mpc_gap.py --version 1 --true-traffic-state   # and the causal MPC told the burst phase
+    python experiments/mpc_gap.py --version 1 --replan-every 10      # plans every 10th interval (move blocking)
+    python experiments/mpc_gap.py --version 1 --task 4 --replan-every 10 --refine-block 10 --no-causal  # refined oracle
+    python experiments/mpc_gap.py --version 1 --task 2 --horizon 10 \
+        --json experiments/results/mpc_behaviour_task2_v1.json
+    python experiments/mpc_gap.py --version 1 --task 4 --rule-episodes 128 --no-mpc   # the switching rule only
+    python experiments/mpc_gap.py --version 1 --task 4 --replan-every 10 --samples 64 --trace-forecast analogs  # README
+    python experiments/mpc_gap.py --version 1 --task 3 --task 4 --rule-episodes 128 --rollout --replan-every 1 \
         --samples 16 --trace-forecast analogs --no-mpc      # the causal MPC with the rule as its base policy
     # task 2-v1 planned on v0's reward:
-    python scripts/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
+    python experiments/mpc_gap.py --version 1 --task 2 --horizon 10 --objective reward \
         --task-set 'reward.kind="rates"' --task-set 'reward.weights=[0.4, 0.2, 0.3, 0.1, 0.0]'
 
 Controllers: inferencegym_jax.control.mpc (candidates, horizon, objective in its docstring) and
@@ -30,15 +31,17 @@ interval is the normal one of the per-episode differences (evaluate.confidence_i
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 import tomllib
 
 import jax
 import numpy as np
+import refined_oracle  # beside this script (experiments/)
 
 import inferencegym_jax as ig
-from inferencegym_jax import baselines, evaluate, refined_oracle
+from inferencegym_jax import baselines, evaluate
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.control import mpc, switch_rule
 from inferencegym_jax.files import atomic_write_json
@@ -81,6 +84,8 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
               trace_forecast: str = "persistence", rollout: bool = False) -> list[dict]:
     env, params = ig.make(task_id, **overrides)
     key = evaluate.evaluation_key(seed)
+    config = mpc.MPCConfig(horizon=horizon, samples=samples, objective=objective, replan_every=replan_every,
+                           trace_forecast=trace_forecast)
     static_traj = evaluate.run_episodes(env, params, baselines.best_static_policy(task_id), key, episodes)
     static_graded = evaluate.grade_trajectory(static_traj, params, task_id)
     static = static_graded.scores
@@ -94,7 +99,7 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
     controllers = ([("mpc_oracle (oracle bound)", True, "belief")] * mpc_rows
                    + [(causal_name, False, "belief")] * causal)
     # A replayed trace has no hidden traffic state: a causal plan replays stretches of the trace
-    # either way (mpc._planning_state), so the row would repeat the causal one.
+    # either way (mpc_planning._planning_state), so the row would repeat the causal one.
     if causal and true_traffic_state and not is_trace:
         controllers.append(("mpc (causal, true traffic state)", False, "true"))
 
@@ -116,10 +121,8 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
         rows.append({**row("switch_rule (causal)", traj, seconds, by_rule), "rule": rule.describe()})
         if rollout:  # the rule as the base policy of the causal MPC, choosing between its two configurations
             t0 = time.perf_counter()
-            traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=False, horizon=horizon,
-                                        samples=samples, objective=objective, replan_every=replan_every,
-                                        trace_forecast=trace_forecast, base=rule,
-                                        candidates=np.stack([rule.low, rule.high]))
+            ctrl = mpc.controller(env, params, task_id, config, base=rule, candidates=np.stack([rule.low, rule.high]))
+            traj = mpc.run_mpc_episodes(ctrl, params, key, episodes)
             seconds = time.perf_counter() - t0
             graded = evaluate.grade_trajectory(traj, params, task_id)
             over_rule = graded.scores - by_rule.scores
@@ -128,9 +131,8 @@ def task_rows(task_id: str, episodes: int, seed: int, horizon: int, samples: int
                          "over_rule_ci95": evaluate.confidence_interval_95(over_rule)})
     for name, clairvoyant, traffic_state in controllers:
         t0 = time.perf_counter()
-        traj = mpc.run_mpc_episodes(env, params, task_id, key, episodes, clairvoyant=clairvoyant, horizon=horizon,
-                                    samples=samples, objective=objective, traffic_state=traffic_state,
-                                    replan_every=replan_every, trace_forecast=trace_forecast)
+        setting = dataclasses.replace(config, clairvoyant=clairvoyant, traffic_state=traffic_state)
+        traj = mpc.run_mpc_episodes(mpc.controller(env, params, task_id, setting), params, key, episodes)
         rows.append(row(name, traj, time.perf_counter() - t0))
         if clairvoyant and refine_block:
             t0 = time.perf_counter()
@@ -149,7 +151,7 @@ def main() -> None:
     parser.add_argument("--horizon", type=int, default=mpc.HORIZON, help="[intervals] each rollout looks ahead")
     parser.add_argument("--samples", type=int, default=mpc.SAMPLES, help="futures the causal MPC averages over")
     parser.add_argument("--version", type=int, default=0, help="task version: InferenceGym-Task<N>-v<version>")
-    parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVES), default="grade",
+    parser.add_argument("--objective", choices=sorted(mpc.OBJECTIVE_NAMES), default="grade",
                         help="what the controllers plan on (inferencegym_jax.control.mpc)")
     parser.add_argument("--task-set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a task-file key, e.g. 'reward.kind=\"rates\"' (TOML value; repeatable)")
@@ -160,7 +162,7 @@ def main() -> None:
                         help="[intervals] between the controllers' plans, the choice held in between (move blocking)")
     parser.add_argument("--refine-block", type=int, default=0,
                         help="[intervals] also the oracle's episodes refined in blocks of this many intervals "
-                             "(inferencegym_jax.refined_oracle); 0: not")
+                             "(experiments/refined_oracle.py); 0: not")
     parser.add_argument("--refine-passes", type=int, default=1, help="refinement passes over each episode")
     parser.add_argument("--trace-forecast", choices=mpc.TRACE_FORECASTS, default="persistence",
                         help="the causal MPC's futures on a replayed trace (inferencegym_jax.control.mpc): its recent "

@@ -1,8 +1,8 @@
 """Where an adaptive policy can gain on a bursty task: reward per burst phase, static vs trained.
 
-    python scripts/burst_phases.py --task 2 --checkpoint runs/results/task2/seed0
-    python scripts/burst_phases.py --task 2 --version 1 --checkpoint DIR   # a policy of task 2-v1
-    python scripts/burst_phases.py --task 2 --version 1 --kv 9 --specs 1 --batches 6 7 8 12 \
+    python experiments/burst_phases.py --task 2 --checkpoint runs/results/task2/seed0
+    python experiments/burst_phases.py --task 2 --version 1 --checkpoint DIR   # a policy of task 2-v1
+    python experiments/burst_phases.py --task 2 --version 1 --kv 9 --specs 1 --batches 6 7 8 12 \
         --switch batch_size=8 batch_size=12 --switch-fraction 0.1 0.2 0.5 1   # README, uniform start
 
 Runs held-out episodes (evaluation_key(0)) and splits their intervals into burst intervals
@@ -114,9 +114,9 @@ def trained_policy(checkpoint: str, env, params, steps: int, keys: jax.Array):
     grid indices).
     """
     from inferencegym_jax import observation
+    from inferencegym_jax.training_setup import make_train, read_config
     from inferencegym_jax.wrappers import base_action_policy, is_memory_wrapper
-    from training.checkpoint import load_checkpoint, read_config
-    from training.ppo import make_train
+    from training.checkpoint import load_checkpoint
 
     config = read_config(checkpoint)
     trainer = make_train(config)

@@ -1,5 +1,8 @@
 """A stronger oracle bound: a clairvoyant controller's episode refined block by block.
 
+An offline study (experiments/README.md), not part of the package: experiments/mpc_gap.py
+--refine-block imports it from beside itself.
+
 The receding-horizon oracle (`mpc`, clairvoyant) scores each candidate as if held for `horizon`
 intervals and then forgotten, so it misjudges what pays over longer than its window (a prefill
 GPU kept on through a minute of bursts) and undoes its own choices. Refinement takes the
@@ -27,12 +30,14 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 from inferencegym_jax import graders
 from inferencegym_jax.actions import indices_from_action
-from inferencegym_jax.control.mpc import step_sums
+from inferencegym_jax.control.mpc_rollout import step_sums
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
-from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, interval_record
+from inferencegym_jax.evaluate import BATCH_MULTIPLE, Trajectory, in_batches, run_episode
+from inferencegym_jax.protocols import Seen, StepOutput
 
 KEEP = -1  # an option's first index: keep the schedule's own configurations in the block
 
@@ -43,7 +48,7 @@ def refine_schedule(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
 
     Args:
       candidates: int32 (C, 5) grid indices tried for each block.
-      key: the episode's key (its reset and step keys, as `mpc.run_mpc_episode`'s).
+      key: the episode's key (its reset and step keys, as `evaluate.run_episode`'s).
       schedule: int32 (num_steps, 5), the configuration applied in each interval.
       block: [intervals] per block; divides num_steps.
     """
@@ -90,18 +95,29 @@ def refine_schedule(env: InferenceGymEnv, params: EnvParams, candidates: jax.Arr
     return schedule
 
 
+@struct.dataclass
+class Schedule:
+    """A fixed schedule as a `protocols.Controller`: interval t serves `actions[t]`, whatever it sees.
+
+    Attributes:
+      actions: int32 (num_steps, 5), the configuration of each interval (grid indices).
+    """
+
+    actions: jax.Array
+
+    def init(self, key: jax.Array, seen: Seen, params: EnvParams) -> tuple[()]:
+        return ()
+
+    def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: EnvParams) -> tuple[jax.Array, tuple[()]]:
+        return self.actions[seen.t], memory
+
+    def update(self, memory: tuple[()], step: StepOutput, params: EnvParams) -> tuple[()]:
+        return memory
+
+
 def replay(env: InferenceGymEnv, params: EnvParams, key: jax.Array, schedule: jax.Array) -> Trajectory:
-    """The episode of `key` that applies `schedule` (int32 (num_steps, 5)); a Trajectory like
-    `evaluate.run_episode`'s."""
-    k_reset, k_env, _ = jax.random.split(key, 3)
-    _, state = env.reset_env(k_reset, params)
-
-    def body(state, t):
-        _, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, schedule[t], params)
-        return nxt, interval_record(reward, info)
-
-    _, traj = jax.lax.scan(body, state, jnp.arange(schedule.shape[0]))
-    return traj
+    """The episode of `key` that applies `schedule` (int32 (num_steps, 5)); `evaluate.run_episode`'s."""
+    return run_episode(env, params, Schedule(schedule), key, schedule.shape[0])
 
 
 @functools.partial(jax.jit, static_argnames=("env", "block", "passes", "grader"))
