@@ -43,7 +43,7 @@ class ServingSetup:
     """The serving side of a configs/train file (module docstring); an `training.config.EnvConfig`.
     Unknown keys, wrong types and out-of-range values raise `ValueError` naming the key."""
 
-    task: str = static_field("InferenceGym-Task1-v0", "env id (or task number 1..N in files)")
+    task: str = static_field("InferenceGym-Task1-v0", "env id, or a task number (its newest version)")
     action_mode: str = static_field(
         "absolute", "'absolute': the policy picks each knob's grid index; 'relative': it moves each knob by -1, 0 or "
         "+1 grid step from the value in force; 'hold': it keeps each knob's value in force or sets any grid index",
