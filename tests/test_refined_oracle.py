@@ -13,6 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Slow tier: a study outside the package (about 90 s of compiling in its subprocess), kept out of
+# the README's test command; CI runs it.
+pytestmark = pytest.mark.slow
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 CHECKS = r'''
