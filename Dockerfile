@@ -1,4 +1,4 @@
-# The OpenEnv server (`inferencegym serve`, extra [server]) in a container, task 1 by default.
+# The OpenEnv server (`inferencegym serve`, extra [server]) in a container, task 1 (its newest version) by default.
 #
 #   docker build -t inferencegym-server .
 #   docker run --rm -p 127.0.0.1:8000:8000 inferencegym-server

@@ -88,8 +88,8 @@ t4=$(now)
 say "healthy after $((t4 - t3))s"
 
 tasks=$(curl -fsS "$URL/tasks") || fail "GET /tasks"
-grep -q 'InferenceGym-Task1-v0' <<<"$tasks" || fail "GET /tasks does not list InferenceGym-Task1-v0: $tasks"
-say "GET /tasks lists InferenceGym-Task1-v0"
+grep -q 'InferenceGym-Task1-v1' <<<"$tasks" || fail "GET /tasks does not list InferenceGym-Task1-v1: $tasks"
+say "GET /tasks lists InferenceGym-Task1-v1"
 
 created=$(curl -fsS -X POST "$URL/sessions" -H 'Content-Type: application/json' \
     -d '{"task_id": 1, "seed": 0}') || fail "POST /sessions"
