@@ -18,6 +18,7 @@ if os.environ.get("INFERENCEGYM_REQUIRE_INSTALLED") and "site-packages" not in i
     raise RuntimeError(f"tests must run against the installed package, got {ig.__file__}")
 
 from helpers import physics_task_params  # noqa: E402 (needs tests/ on sys.path)
+from served import http, server  # noqa: E402, F401 (the shared `inferencegym serve`: tests/served.py)
 
 
 @pytest.fixture(scope="session", params=physics_task_params())
