@@ -5,7 +5,8 @@ Every fenced block of README.md is run or checked by a named test, by its langua
 - ```python: executed here (`test_readme_python_block_runs`);
 - ```py (the OpenEnv client) and the ```bash block that starts "# server quick start": run
   against a live server by tests/test_server.py (`test_readme_openenv_client_snippet_runs`,
-  `test_readme_curl_quick_start_runs`);
+  `test_readme_curl_quick_start_runs`); the ```py block of the MCP agent (`MCPToolClient`) by
+  tests/test_mcp.py (`test_readme_mcp_agent_loop_runs`);
 - ```bash blocks of `inferencegym ...` lines: every line parsed by the command's own parser
   (`test_readme_command_lines_parse`), which checks subcommands, flags and task ids;
 - the ```bash setup block of `bash scripts/...` lines: the scripts exist, and the main job's
@@ -65,6 +66,8 @@ def _checker(lang: str, body: str) -> str | None:
         return "test_readme_python_block_runs"
     if lang == "py" and "GenericEnvClient" in body:
         return "test_server.py::test_readme_openenv_client_snippet_runs"
+    if lang == "py" and "MCPToolClient" in body:
+        return "test_mcp.py::test_readme_mcp_agent_loop_runs"
     if lang == "bash" and body.startswith("# server quick start"):
         return "test_server.py::test_readme_curl_quick_start_runs"
     if _is_cli_block(lang, body):
@@ -86,6 +89,7 @@ def test_every_readme_code_block_is_checked():
     server_tests = (ROOT / "tests" / "test_server.py").read_text()
     for name in SERVER_TESTS:
         assert f"def {name}(" in server_tests, name
+    assert "def test_readme_mcp_agent_loop_runs(" in (ROOT / "tests" / "test_mcp.py").read_text()
 
 
 def test_readme_has_a_quick_start_on_the_newest_task():

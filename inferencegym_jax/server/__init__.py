@@ -5,6 +5,7 @@
     core         sessions, steps, grading and baselines, without the web framework
     schemas      the typed messages (OpenEnv Action / Observation / State, HTTP bodies)
     openenv_env  OpenEnv's Environment over the core (WS /ws, the stateless /reset, /step)
+    mcp_tools    the MCP tools an LLM agent plays with (POST /mcp, WS /mcp; OpenEnv's MCP support)
     routes       the session API, /tasks, /info, /stats, /grader, /baseline, /view
     app          the FastAPI app (OpenEnv's create_app plus routes) and `serve`
     asgi         a module-level app for ASGI servers (openenv.yaml)

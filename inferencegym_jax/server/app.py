@@ -5,32 +5,34 @@
     connection), the stateless POST /reset, POST /step (a step without a reset starts the
     default episode: `openenv_env`'s docstring and the route's OpenAPI description), GET /state,
     and GET /health, /metadata, /schema, POST /mcp;
-  * `routes`: the session API, /tasks, /info, /grader, /baseline and the live page /view.
+  * `routes`: the session API, /tasks, /info, /grader, /baseline and the live page /view;
+    OpenEnv's POST /reset and /step over typed bodies (`routes.add_openenv_routes`);
+  * `task_api`: OpenEnv's task API (/inferencegym/splits, /tasks, /num_tasks, /task, /task_range);
+  * `contract`: one error shape for every 4xx, every status declared, and the OpenAPI document
+    naming the served tasks and policies, with links from POST /sessions to its session's routes.
 
 Bodies over MAX_BODY_BYTES are refused with 413 before they are read whole. `serve` compiles
-every program first (`ServerCore.warm_up`) and only then opens the port, so a client that
-reaches /health finds a server that compiles nothing more.
+every program a session or /grader runs first (`ServerCore.warm_up`) and only then opens the
+port, so a client that reaches /health finds them compiled; /baseline's compile next, in the
+background (a /baseline waits for its task's).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from openenv.core.env_server.http_server import create_app
 
+from inferencegym_jax.server import contract, task_api
 from inferencegym_jax.server.core import ServerCore
 from inferencegym_jax.server.openenv_env import DEFAULT_EPISODE, DEFAULT_SEED, ENV_NAME, InferenceGymEnvironment
-from inferencegym_jax.server.routes import build_router
+from inferencegym_jax.server.routes import add_openenv_routes, build_router
 from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
 
 # Largest request body [bytes]: a grader log of core.MAX_LOG_INTERVALS records is ~1.5 MB.
@@ -81,7 +83,8 @@ class BodyLimit:
         await self.app(scope, limited_receive, guarded_send)
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body over {self.limit} bytes"}).encode()
+        body = json.dumps(contract.error_body(["body"], f"request body over {self.limit} bytes",
+                                              "body_too_large")).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
@@ -112,37 +115,25 @@ def describe_stateless_step(app: FastAPI) -> None:
             route.summary = "Take one interval; a step without a reset starts the default episode"
 
 
-def json_safe(value: Any) -> Any:
-    """`value` with every non-finite float as its text ("nan", "inf"): JSON has no NaN, and a
-    422 that quotes the NaN a client sent must still be valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return repr(value)
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-async def validation_error(request: Request, exc: Exception) -> JSONResponse:
-    """422 with FastAPI's usual body (each error's loc names the field), JSON-safe."""
-    errors = exc.errors() if isinstance(exc, RequestValidationError) else [{"msg": str(exc)}]
-    return JSONResponse(status_code=422, content={"detail": json_safe(jsonable_encoder(errors))})
-
-
 def build_app(core: ServerCore) -> FastAPI:
     """The app over a (warmed-up) core (module docstring)."""
+    def make_env() -> InferenceGymEnvironment:
+        return InferenceGymEnvironment(core)
+
     app = create_app(
-        lambda: InferenceGymEnvironment(core),
+        make_env,
         ServingAction,
         ServingObservation,
         env_name=ENV_NAME,
         max_concurrent_envs=core.store.max_sessions,
         state_cls=ServingState,
     )
+    add_openenv_routes(app, core, make_env)
     describe_stateless_step(app)
-    app.include_router(build_router(core))
-    app.add_exception_handler(RequestValidationError, validation_error)
+    task_api.add_task_routes(app, core, ENV_NAME)
+    build_router(core, app.router)
+    contract.install_error_handlers(app)
+    contract.install_openapi(app, core)
 
     async def start_batcher() -> None:
         core.batcher.start()
@@ -164,7 +155,8 @@ def serve(task_ids: Sequence[str], host: str, port: int, max_sessions: int = 64,
     t0 = time.perf_counter()
     core = ServerCore(task_ids, max_sessions=max_sessions, batching=batching, checkpoints=checkpoints)
     core.warm_up()
-    print(f"inferencegym serve: {len(core.task_ids)} task(s) compiled in {time.perf_counter() - t0:.0f} s; "
+    print(f"inferencegym serve: {len(core.task_ids)} task(s) ready in {time.perf_counter() - t0:.0f} s "
+          f"({core.warm_up_report}); "
           f"http://{host}:{port}  (OpenEnv: /ws /reset /step /state /health; sessions: /sessions; "
           f"/tasks /info /grader /baseline; live view: /view)", file=sys.stderr, flush=True)
     uvicorn.run(build_app(core), host=host, port=port, log_level="warning", ws_max_size=MAX_BODY_BYTES)

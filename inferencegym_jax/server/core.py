@@ -4,8 +4,10 @@
 `sessions.SessionStore` and the `sessions.Batcher`. Both front ends use it: the OpenEnv
 environment (`openenv_env`, one session per WebSocket, pinned) and the HTTP session routes
 (`routes`, sessions by id, evicted least recently used). `warm_up` compiles every program a
-request can run (the pool programs, one grader per task, each baseline's evaluation), so no
-request compiles.
+session or /grader request can run (the pool programs, each task's grader in float32 and
+float64), so none of them compiles; each baseline's evaluation compiles right after, in the
+background (a /baseline waits for its task's), so that a restart from JAX's persistent
+compilation cache opens the port in seconds (BENCHMARKS.md, "Server start-up and memory").
 
 A step's result (`StepResult`) gives the observation in its fields' units, the reward and its
 components, the interval's serving metrics, the knobs applied and which of them were clipped
@@ -15,8 +17,12 @@ or masked; the session keeps one grader record per interval (`log_record`), whic
 
 from __future__ import annotations
 
+import atexit
+import collections
+import ctypes
 import dataclasses
 import functools
+import itertools
 import math
 import secrets
 import threading
@@ -24,7 +30,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from inferencegym_jax import baselines, evaluate, graders, tasks, validation
@@ -36,6 +41,12 @@ from inferencegym_jax.traffic import sampling
 
 # Longest episode log /grader takes [intervals]; logs are padded to it (one program per task).
 MAX_LOG_INTERVALS = 4096
+# A log whose metrics and offered_tokens add up to at most this is graded in float32 (the
+# library's program): no float32 sum of it can overflow. Larger: float64 (ServerCore.grade).
+FLOAT32_SAFE_TOTAL = float(np.finfo(np.float32).max) / 4
+# Past this float64 total, ServerCore.grade scales the ratio columns by 2**-16 so that their
+# float64 sums (at most MAX_LOG_INTERVALS values of at most 1.8e308 each) stay finite.
+FLOAT64_SCALE_ABOVE = 1e300
 # /baseline evaluates this many episodes per jitted call, so every episode count shares a program.
 BASELINE_BATCH = evaluate.BATCH_MULTIPLE
 MAX_BASELINE_EPISODES = 256
@@ -78,6 +89,64 @@ def log_record(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# JAX's compilation-cache events (jax.monitoring), counted for ServerCore.warm_up_report.
+_CACHE_ASKED, _CACHE_HITS = "/jax/compilation_cache/compile_requests_use_cache", "/jax/compilation_cache/cache_hits"
+_CACHE_EVENTS: collections.Counter[str] = collections.Counter()
+jax.monitoring.register_event_listener(
+    lambda event, **_: _CACHE_EVENTS.update([event]) if event in (_CACHE_ASKED, _CACHE_HITS) else None)
+
+
+def _release_freed_memory() -> None:
+    """Hand the heap memory that compiling freed back to the system (glibc's malloc_trim: ~5-10 %
+    of the RSS after warm-up); nothing where the C library has no malloc_trim."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# Columns of a log whose statistics are ratios of their sums (ServerCore.grade may scale them).
+_RATIO_COLUMNS = tuple(f for f in graders.METRIC_FIELDS if f != "oom") + ("offered_tokens",)
+
+
+def _log_columns(intervals: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray]:
+    """A log's metrics, knobs and offered_tokens as float64 (n,) columns; ValueError naming
+    the first negative, NaN or infinite value (intervals[i].metrics.field)."""
+    places = [("metrics", f) for f in graders.METRIC_FIELDS] + [("action", k) for k in KNOBS]
+    columns = {}
+    for group, name in [*places, ("", "offered_tokens")]:
+        values = [r[name] if not group else r[group][name] for r in intervals]
+        columns[name] = np.asarray(values, np.float64).reshape(len(intervals))
+        bad = np.flatnonzero(~np.isfinite(columns[name]) | (columns[name] < 0))
+        if bad.size:
+            where = f"{group}.{name}" if group else name
+            raise ValueError(f"intervals[{bad[0]}].{where}={columns[name][bad[0]]!r}: must be a finite number >= 0")
+    return columns
+
+
+def _grader_input(columns: Mapping[str, np.ndarray], n: int) -> tuple[bool, dict[str, Any]]:
+    """(wide, trajectory) of ServerCore.grade: the log padded to MAX_LOG_INTERVALS, float32
+    unless its total passes FLOAT32_SAFE_TOTAL (wide: float64, ratio columns scaled by 2**-16
+    past FLOAT64_SCALE_ABOVE); knobs always float32, as the graders compare them."""
+    with np.errstate(over="ignore"):
+        total = float(sum(np.sum(columns[f]) for f in _RATIO_COLUMNS + ("oom",)))
+    wide = total > FLOAT32_SAFE_TOTAL
+    scale = 2.0**-16 if total > FLOAT64_SCALE_ABOVE else 1.0
+
+    def padded(name: str, dtype: Any) -> np.ndarray:
+        values = np.zeros((1, MAX_LOG_INTERVALS), dtype)
+        values[0, :n] = columns[name] * (scale if name in _RATIO_COLUMNS else 1.0)
+        return values
+
+    dtype = np.float64 if wide else np.float32
+    return wide, {
+        "metrics": {f: padded(f, dtype) for f in graders.METRIC_FIELDS},
+        "action": {k: padded(k, np.float32) for k in KNOBS},
+        "offered_tokens": padded("offered_tokens", dtype),
+        "valid": np.arange(MAX_LOG_INTERVALS)[None] < n,
+    }
+
+
 def _result(row: Mapping[str, Any], session: Session, reset: bool) -> StepResult:
     return StepResult(
         observation=row["obs"],
@@ -116,6 +185,33 @@ def checkpoint_policy(directory: str, task_id: str, params: Any) -> Policy:
         raise ValueError(f"--checkpoint {directory!r}: {err}") from None
 
 
+def _evaluate_bounded(pool: TaskPool, policy: Policy, key: jax.Array, episodes: int) -> evaluate.EvalResult:
+    """evaluate.evaluate(pool.env, pool.params, policy, key, episodes, task, batch_size=
+    BASELINE_BATCH), bit for bit, in bounded memory: each batch of BASELINE_BATCH episodes is
+    run (the same jitted program) and graded on its own, so at most one batch's trajectory is
+    held, and grading, whose eager operations compile one program per array shape, sees one
+    shape per task (a batch) instead of one per episode count (1 to 256: ~50 programs each,
+    ~90 MB per count measured). Graded per batch, an episode grades as in any batch of a multiple
+    of 8 episodes (XLA:CPU's vector width, evaluate.BATCH_MULTIPLE) or any ragged one but a lone
+    episode, whose grade rounds differently: one episode is graded alone, as evaluate does
+    (tests/test_server_startup.py compares episode counts 1 to 17 with evaluate.evaluate)."""
+    if episodes == 1:
+        return evaluate.evaluate(pool.env, pool.params, policy, key, 1, pool.task_id, batch_size=BASELINE_BATCH)
+    steps = int(pool.params.max_steps_in_episode)
+    parts = []
+    for start in range(0, episodes, BASELINE_BATCH):
+        keys = evaluate.episode_keys(key, start, BASELINE_BATCH)
+        traj = evaluate._run_batch(pool.env, pool.params, policy, keys, steps)  # run_episodes' program
+        graded = evaluate.grade_trajectory(traj, pool.params, pool.task_id)
+        count = min(BASELINE_BATCH, episodes - start)
+        parts.append(jax.tree_util.tree_map(lambda x, count=count: np.asarray(x)[:count],
+                                            (graded.scores, graded.breakdown, graded.metrics)))
+        parts[-1] += (graded.feedback[:count],)
+    scores, breakdown, metrics = (jax.tree_util.tree_map(lambda *x: np.concatenate(x), *[p[i] for p in parts])
+                                  for i in range(3))
+    return evaluate.EvalResult(scores, breakdown, metrics, feedback=[line for p in parts for line in p[3]])
+
+
 class ServerCore:
     """Sessions and the stateless services of the server (module docstring).
 
@@ -148,17 +244,68 @@ class ServerCore:
         self.batcher = Batcher(self.pools, batching)
         self._graders = {t: self._grader_program(t) for t in self.task_ids}
         self._baseline_lock = threading.Lock()
+        self._baselines_warm = {t: threading.Event() for t in self.task_ids}  # set: nothing to wait for
+        for event in self._baselines_warm.values():
+            event.set()
+        self.warm_up_report = "not warmed up"
+        self._exiting = threading.Event()
+        self._warm_thread: threading.Thread | None = None
         self.ready = False
 
     # ------------------------------------------------------------------ start-up
 
-    def warm_up(self) -> None:
-        """Compile every program a request can run; then `ready` is True."""
+    def warm_up(self, baselines_in_background: bool = True) -> None:
+        """Compile every program a session or a /grader request runs (from JAX's persistent
+        compilation cache where it has them); then `ready` is True and `warm_up_report` says
+        how many programs were compiled and how many loaded. /baseline's programs (four
+        scanned episodes per task: over half of a warm restart's time and of a task's memory)
+        compile next, in a background thread unless `baselines_in_background` is False; a
+        /baseline waits for its task's. Heap memory compiling freed goes back to the system."""
+        events = dict(_CACHE_EVENTS)
         for task_id, pool in self.pools.items():
             pool.warm_up()
-            self.grade(task_id, [])
-            self.baseline(task_id, seed=0, episodes=1)
+            self.grade(task_id, [])  # the float32 program
+            huge = {"metrics": {f: 1e39 for f in graders.METRIC_FIELDS}, "offered_tokens": 1e39,
+                    "action": dict(zip(KNOBS, np.asarray(pool.params.default_action.as_vector()).tolist()))}
+            self.grade(task_id, [huge])  # the float64 one
+        asked, loaded = (_CACHE_EVENTS[e] - events.get(e, 0) for e in (_CACHE_ASKED, _CACHE_HITS))
+        self.warm_up_report = (f"{asked - loaded} programs compiled, {loaded} loaded from JAX's compilation cache"
+                               if asked else "JAX's compilation cache is off: every program compiled")
+        if baselines_in_background:
+            for event in self._baselines_warm.values():
+                event.clear()
+            self._warm_thread = threading.Thread(target=self._warm_baselines, name="warm-baselines", daemon=True)
+            self._warm_thread.start()
+            atexit.register(self._stop_warming)
+        else:
+            self._warm_baselines()
+        _release_freed_memory()
         self.ready = True
+
+    def _warm_baselines(self) -> None:
+        """Compile /baseline's programs, task by task and policy by policy: one episode (graded
+        alone) and a batch (`_evaluate_bounded`). Stops between programs once the process exits."""
+        key = evaluate.evaluation_key(0)
+        for task_id, warm in self._baselines_warm.items():
+            pool = self.pools[task_id]
+            try:
+                for policy, episodes in itertools.product(pool.policies, (1, 2)):
+                    if self._exiting.is_set():
+                        return
+                    with self._baseline_lock:
+                        _evaluate_bounded(pool, policy, key, episodes)
+            finally:
+                warm.set()  # a failure here shows again, and is answered, at the first /baseline
+        _release_freed_memory()
+
+    def _stop_warming(self) -> None:
+        """At exit: let the background compilation finish its program and stop (a thread
+        compiling while the interpreter ends could crash it)."""
+        self._exiting.set()
+        if self._warm_thread is not None:
+            self._warm_thread.join(timeout=300)
+        for event in self._baselines_warm.values():
+            event.set()
 
     def resolve_task(self, task_id: Any) -> str:
         """A served task's id; ValueError naming the served ones."""
@@ -240,6 +387,8 @@ class ServerCore:
     # ------------------------------------------------------------------ grading
 
     def _grader_program(self, task_id: str) -> Any:
+        """The task's jitted grader (graders.grade_episodes) over a padded log; `grade` runs it
+        on float32 columns (the library's program) or, under jax.enable_x64, on float64 ones."""
         params = self.pools[task_id].params
         scale = graders.scale_constants(task_id)
         name = graders.grader_name(task_id)
@@ -247,26 +396,31 @@ class ServerCore:
 
     def grade(self, task_id: str, intervals: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Score, breakdown and feedback line of one episode log (log_record dicts, at most
-        MAX_LOG_INTERVALS); the same log always gives the same answer."""
+        MAX_LOG_INTERVALS); the same log always gives the same answer, and never NaN.
+
+        A log whose numbers float32 holds with room to add them up (the total of its metrics
+        and offered_tokens <= FLOAT32_SAFE_TOTAL: every log a server writes, by orders of
+        magnitude) is graded by the library's float32 program, so it scores bit for bit as
+        graders.grade scores the same intervals. Any other log (a value above float32's
+        maximum, 3.4e38, or values whose float32 sums would overflow) is graded by the same
+        function, graders.grade_episodes, in float64 (jax.enable_x64): sums and ratios of the
+        numbers given, not of infinities (before, their NaN score was answered as null). Every
+        statistic of a grade is a ratio of two sums of one kind (good/offered tokens,
+        violations/decided requests, cost/tokens), so when the log's float64 total passes
+        FLOAT64_SCALE_ABOVE those columns are scaled by 2**-16 (exact in binary floating point)
+        and their sums stay finite too; `oom` (over the interval count) is not scaled, and an
+        infinite sum of it only gives oom_free 0. Negative, NaN or infinite values are refused
+        (ValueError naming the field; the HTTP schema refuses them first).
+        """
         if len(intervals) > MAX_LOG_INTERVALS:
             raise ValueError(f"intervals: {len(intervals)} records, at most {MAX_LOG_INTERVALS}")
-        n = len(intervals)
-
-        def column(get: Any) -> jnp.ndarray:
-            values = np.zeros((1, MAX_LOG_INTERVALS), np.float32)
-            values[0, :n] = [get(r) for r in intervals]
-            return jnp.asarray(values)
-
-        traj = {
-            "metrics": {f: column(lambda r, f=f: r["metrics"][f]) for f in graders.METRIC_FIELDS},
-            "action": {k: column(lambda r, k=k: r["action"][k]) for k in KNOBS},
-            "offered_tokens": column(lambda r: r["offered_tokens"]),
-            "valid": jnp.asarray(np.arange(MAX_LOG_INTERVALS)[None] < n),
-        }
-        grade = jax.tree_util.tree_map(np.asarray, self._graders[task_id](traj))
+        columns = _log_columns(intervals)
+        wide, traj = _grader_input(columns, len(intervals))
+        with jax.enable_x64(wide):  # thread-local: only this call computes in float64
+            grade = jax.tree_util.tree_map(np.asarray, self._graders[task_id](traj))
         return {
             "task_id": task_id,
-            "intervals": n,
+            "intervals": len(intervals),
             "score": float(grade.score[0]),
             "breakdown": {k: float(v[0]) for k, v in grade.breakdown.items()},
             "served_fraction": float(grade.served_fraction[0]),
@@ -281,18 +435,20 @@ class ServerCore:
 
     def baseline(self, task_id: str, seed: int = 0, episodes: int = 16) -> list[dict[str, Any]]:
         """Every policy of the task (baselines, and the checkpoint's) on episodes 0 .. episodes-1
-        of evaluate.evaluation_key(seed): one row per policy (evaluate.summarize's columns)."""
+        of evaluate.evaluation_key(seed): one row per policy (evaluate.summarize's columns), bit
+        for bit evaluate.evaluate's (`_evaluate_bounded`)."""
         seed = sampling.check_seed(seed)
         if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_BASELINE_EPISODES:
             raise ValueError(f"episodes={episodes!r}: must be an integer in [1, {MAX_BASELINE_EPISODES}]")
+        self._baselines_warm[task_id].wait()
+        return self._baseline_rows(task_id, seed, episodes)
+
+    def _baseline_rows(self, task_id: str, seed: int, episodes: int) -> list[dict[str, Any]]:
         pool = self.pools[task_id]
         key = evaluate.evaluation_key(seed)
         with self._baseline_lock:
-            results = {
-                name: evaluate.evaluate(pool.env, pool.params, policy, key, episodes, task_id,
-                                        batch_size=BASELINE_BATCH)
-                for name, policy in zip(pool.policy_names, pool.policies)
-            }
+            results = {name: _evaluate_bounded(pool, policy, key, episodes)
+                       for name, policy in zip(pool.policy_names, pool.policies)}
         frame = evaluate.summarize(results)
         return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
                 for row in frame.reset_index().to_dict(orient="records")]

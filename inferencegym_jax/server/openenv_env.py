@@ -8,6 +8,7 @@ go through the core's batcher, so the episodes of all open connections are stepp
 
 reset(seed=s, episode=e, task_id=t): episode e of the key stream of seed s (pool module
 docstring), task t (default: the first served task). A step after the horizon raises HTTP 409.
+reset(split=..., index=i) starts task spec i of a split of OpenEnv's task API (`task_api`).
 
 A step with no episode started (every stateless `POST /step`, whose environment is fresh, or a
 connection's first message when it is a step) first starts episode 0 of the stream of
@@ -17,6 +18,12 @@ fresh instance. The observation says so in its metadata (`started_metadata`; Ope
 `POST /step` also gives it at the top level of its response):
 {"episode_started": true, "task_id": ..., "seed": DEFAULT_SEED, "episode": 0}. A step in an
 episode already started has empty metadata.
+
+It is an OpenEnv `MCPEnvironment`: its FastMCP server (`mcp_tools.build_server`) has the tools an
+LLM agent plays with (reset_episode, observe, configure, step_interval, grade), which OpenEnv
+serves on `POST /mcp` and `WS /mcp`. They drive this environment's session through the same
+`reset_async` / `step_async` as `/ws`; the environment keeps the latest observation (`latest`)
+and the knobs configured for the next intervals (`knobs`, emptied at every reset) for them.
 """
 
 from __future__ import annotations
@@ -26,12 +33,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from fastapi import HTTPException
-from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import RESERVED_TOOL_NAMES, CallToolAction, ListToolsAction
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from inferencegym_jax.server import mcp_tools
 from inferencegym_jax.server.core import ServerCore, StepResult
 from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
 from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone, SessionNotFound
+from inferencegym_jax.server.task_api import TaskProvider
 
 ENV_NAME = "inferencegym"
 # The seed and episode of the episode a step with none started begins (module docstring).
@@ -88,21 +98,51 @@ def http_errors() -> Iterator[None]:
         raise HTTPException(503, str(err)) from None
 
 
-class InferenceGymEnvironment(Environment[ServingAction, ServingObservation, ServingState]):
-    """An OpenEnv environment over `core` (module docstring)."""
+class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
+    """An OpenEnv environment over `core`, with MCP tools (module docstring)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, core: ServerCore):
-        super().__init__()
         self._core = core
         self._session: Session | None = None
+        self._latest: ServingObservation | None = None
+        self.knobs: dict[str, Any] = {}  # knob -> value the MCP tools configured (mcp_tools)
+        super().__init__(mcp_tools.build_server(self))
+        self.mcp_client = mcp_tools.FiniteClient(self.mcp_server)  # NaN refused, not sent as null
+
+    def _validate_tool_names(self, mcp_server: Any) -> None:
+        """MCPEnvironment's check that no tool takes a name OpenEnv reserves, on the names
+        `mcp_tools` registers (MCPEnvironment lists the server's tools: an event loop per env)."""
+        reserved = sorted(set(mcp_tools.TOOL_NAMES) & RESERVED_TOOL_NAMES)
+        if reserved:
+            raise ValueError(f"MCP tools cannot use reserved names: {reserved}")
+
+    @property
+    def core(self) -> ServerCore:
+        return self._core
+
+    @property
+    def session(self) -> Session | None:
+        """The core session this environment holds (None before its first reset)."""
+        return self._session
+
+    @property
+    def latest(self) -> ServingObservation | None:
+        """The observation of the latest reset or step (None before the first)."""
+        return self._latest
+
+    def _record(self, obs: ServingObservation, reset: bool) -> ServingObservation:
+        self._latest = obs
+        if reset:
+            self.knobs.clear()
+        return obs
 
     def _session_for(self, task_id: Any) -> Session:
         with http_errors():
             task = self._core.task_ids[0] if task_id is None else self._core.resolve_task(task_id)
             if self._session is not None and (self._session.task_id != task or self._session.closed):
-                self.close()
+                self._release()
             if self._session is None:
                 self._session = self._core.store.create(task, pinned=True)
         return self._session
@@ -115,51 +155,65 @@ class InferenceGymEnvironment(Environment[ServingAction, ServingObservation, Ser
         return self._session_for(None if self._session is None else self._session.task_id), True
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-                          episode: int = 0) -> ServingObservation:
+                          episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
+        task_id, seed, episode = self.task_reset(split, index, task_id, seed, episode)  # task_api: a split's task
         session = self._session_for(task_id)
         with http_errors():
             result = await self._core.reset(session, seed, episode, episode_id)
-        return observation(result, session.task_id)
+        return self._record(observation(result, session.task_id), reset=True)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-              episode: int = 0) -> ServingObservation:
+              episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
+        task_id, seed, episode = self.task_reset(split, index, task_id, seed, episode)  # task_api: a split's task
         session = self._session_for(task_id)
         with http_errors():
             result = self._core.reset_now(session, seed, episode, episode_id)
-        return observation(result, session.task_id)
+        return self._record(observation(result, session.task_id), reset=True)
 
-    async def step_async(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
+    async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """One interval (ServingAction), or OpenEnv's MCP actions (ListToolsAction, CallToolAction)."""
+        if isinstance(action, (ListToolsAction, CallToolAction)):
+            return await super().step_async(action, timeout_s=timeout_s, **kwargs)
         session, start = self._stepping()
         with http_errors():
             if start:
                 await self._core.reset(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = await self._core.step(session, action.knobs(), action.policy)
-        return observation(result, session.task_id, started_metadata(session) if start else None)
+        return self._record(observation(result, session.task_id, started_metadata(session) if start else None),
+                            reset=start)
 
-    def step(self, action: ServingAction, timeout_s: float | None = None) -> ServingObservation:
+    def _step_impl(self, action: ServingAction, timeout_s: float | None = None, **kwargs: Any) -> ServingObservation:
+        """`step` of a ServingAction (MCPEnvironment.step routes MCP actions to the tools)."""
         session, start = self._stepping()
         with http_errors():
             if start:
                 self._core.reset_now(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = self._core.step_now(session, action.knobs(), action.policy)
-        return observation(result, session.task_id, started_metadata(session) if start else None)
+        return self._record(observation(result, session.task_id, started_metadata(session) if start else None),
+                            reset=start)
 
     @property
     def state(self) -> ServingState:
         return state_of(self._session)
 
-    def close(self) -> None:
-        """Close this environment's session (its slot goes back to the pool)."""
-        session, self._session = self._session, None
+    def _release(self) -> None:
+        """Close this environment's core session (its slot goes back to the pool)."""
+        session, self._session, self._latest = self._session, None, None
         if session is not None and not session.closed:
             self._core.store.close(session.id)
+
+    def close(self) -> None:
+        """Close this environment's session and drop its MCP server and client."""
+        self._release()
+        super().close()
 
     def get_metadata(self) -> EnvironmentMetadata:
         tasks = ", ".join(self._core.task_ids)
         return EnvironmentMetadata(
             name=ENV_NAME,
             description=f"LLM inference-serving control (JAX simulator), tasks {tasks}; "
-                        "reset(seed, episode, task_id), step(knob values or a server policy)",
+                        "reset(seed, episode, task_id), step(knob values or a server policy); MCP tools "
+                        f"for LLM agents on /mcp: {', '.join(mcp_tools.TOOL_NAMES)}",
             version=_version(),
         )
 

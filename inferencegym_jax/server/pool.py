@@ -199,9 +199,8 @@ class TaskPool:
         self._run_lock = threading.Lock()  # one batch at a time
         self._free = list(range(capacity - 1, -1, -1))
         self._slots = self._empty_slots()
-        self._outcome_layout = _layout(jax.eval_shape(
-            functools.partial(_advance, self.env), self.params, self.policies, self._slots,
-            Ops(**{k: jnp.asarray(v) for k, v in self._padding(BATCH_MULTIPLE).items()}))[1])
+        # How to unpack the program's output: set when the program is first traced (warm_up).
+        self._outcome_layout: tuple[Any, list[tuple[tuple[int, ...], np.dtype]]] | None = None
 
     def _traced_advance(self, params: EnvParams, policies: tuple[Policy, ...], slots: Slots,
                         ops: Ops) -> tuple[Slots, jax.Array]:
@@ -212,13 +211,22 @@ class TaskPool:
             raise AssertionError(f"{self.task_id}: pool program traced {self.traces} times, "
                                  f"expected one per batch size {self.batch_sizes}")
         slots, outcome = _advance(self.env, params, policies, slots, ops)
+        self._outcome_layout = _layout(outcome)  # tracers have shapes: no second trace to learn them
         return slots, _pack(outcome)
 
     def _empty_slots(self) -> Slots:
-        keys = jax.random.split(jax.random.key(0), self.capacity)
-        _, state = jax.vmap(self.env.reset_env, in_axes=(0, None))(keys, self.params)
-        data = jax.random.key_data(keys)
-        return Slots(state, data, data)
+        """Zeros of every slot's state and keys (a slot is reset before it steps; padding rows
+        may step a zero state, and their results are dropped). From the state's shapes alone:
+        nothing compiles (start-up)."""
+        keys = jax.eval_shape(lambda: jax.random.key_data(jax.random.split(jax.random.key(0), self.capacity)))
+        shapes = jax.eval_shape(lambda k: jax.vmap(self.env.reset_env, in_axes=(0, None))(
+            jax.random.wrap_key_data(k), self.params)[1], keys)
+
+        def zeros(leaf: jax.ShapeDtypeStruct) -> jax.Array:
+            return jax.device_put(np.zeros(leaf.shape, leaf.dtype))
+
+        data = zeros(keys)
+        return Slots(jax.tree_util.tree_map(zeros, shapes), data, data)
 
     @property
     def horizon(self) -> int:
@@ -288,6 +296,7 @@ class TaskPool:
             slots, packed = self._program(self.params, self.policies, self._slots, ops)
             packed = np.asarray(packed)
             self._slots = slots
+        assert self._outcome_layout is not None  # the call above traced the program
         return _as_lists(_unpack(packed, self._outcome_layout))
 
 

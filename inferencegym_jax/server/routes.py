@@ -13,27 +13,38 @@
     GET    /baseline?task_id&seed&episodes   every server policy on held-out episodes (reproducible)
     GET    /view                     the live page (static HTML and JavaScript)
 
-Errors: 422 for a malformed body or a bad value (naming the field), 404 for an unknown session,
-410 for an evicted one (sessions.SessionStore), 409 for a step after the episode's horizon,
-413 for a body over app.MAX_BODY_BYTES, 503 when every slot is held by a WebSocket.
+`add_openenv_routes` replaces OpenEnv's stateless POST /reset and POST /step with the same
+operations over typed bodies (schemas.OpenEnvReset, OpenEnvStep), so that their OpenAPI schemas
+are the checks the server makes (seed bounds, the action's fields: an unknown field of the
+action is a 422 at ["body", "action", field]).
+
+Errors (every body schemas.ErrorResponse; contract.STATUSES declares them per route): 422 for a
+malformed body or a bad value (loc names the field), 404 for an unknown session, 410 for an
+evicted one (sessions.SessionStore), 409 for a step after the episode's horizon, 413 for a body
+over app.MAX_BODY_BYTES, 503 when every slot is held by a WebSocket.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
 from importlib import resources
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Response
 from fastapi.responses import HTMLResponse
+from fastapi.routing import APIRoute
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import ResetResponse, StepResponse
 
 from inferencegym_jax import observation as observation_module
 from inferencegym_jax import reward
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.server import schemas
 from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
-from inferencegym_jax.server.openenv_env import http_errors, state_of
+from inferencegym_jax.server.openenv_env import InferenceGymEnvironment, http_errors, state_of
 from inferencegym_jax.server.sessions import Session
 
 
@@ -45,15 +56,28 @@ def session_body(session: Session, result: StepResult | None = None) -> dict[str
     return body
 
 
-def build_router(core: ServerCore) -> APIRouter:
-    """The routes of the module docstring over `core`, in that order."""
-    router = APIRouter()
+def build_router(core: ServerCore, router: APIRouter | None = None) -> APIRouter:
+    """The routes of the module docstring over `core`, in that order, on `router` (a new one by
+    default; `app.router` adds them to the app itself, where `contract` finds them)."""
+    router = APIRouter() if router is None else router
     add_session_routes(router, core)
     add_log_routes(router, core)
     add_task_routes(router, core)
     add_grading_routes(router, core)
     add_view_route(router)
     return router
+
+
+@contextlib.contextmanager
+def at(*loc: str) -> Iterator[None]:
+    """`http_errors`, with a 422's loc the field the value came from (["body", "task_id"])."""
+    try:
+        with http_errors():
+            yield
+    except HTTPException as err:
+        if err.status_code == 422 and isinstance(err.detail, str):
+            raise HTTPException(422, [{"loc": list(loc), "msg": err.detail, "type": "value_error"}]) from None
+        raise
 
 
 def find(core: ServerCore, session_id: str) -> Session:
@@ -67,8 +91,9 @@ def add_session_routes(router: APIRouter, core: ServerCore) -> None:
 
     @router.post("/sessions", status_code=201, tags=["Sessions"])
     async def create_session(body: schemas.CreateSession) -> dict[str, Any]:
-        with http_errors():
+        with at("body", "task_id"):
             task_id = core.resolve_task(body.task_id)
+        with http_errors():
             session = core.store.create(task_id)
         with http_errors():
             result = await core.reset(session, body.seed, body.episode, body.episode_id)
@@ -89,7 +114,7 @@ def add_session_routes(router: APIRouter, core: ServerCore) -> None:
     async def step_session(session_id: str, body: schemas.StepSession) -> dict[str, Any]:
         session = find(core, session_id)
         action = None if body.action is None else body.action.model_dump()
-        with http_errors():
+        with at("body", "action" if body.policy is None else "policy"):
             result = await core.step(session, action, body.policy)
         return session_body(session, result)
 
@@ -135,17 +160,19 @@ def add_grading_routes(router: APIRouter, core: ServerCore) -> None:
 
     @router.post("/grader", tags=["Grading"])
     async def grader(body: schemas.GraderRequest) -> dict[str, Any]:
-        with http_errors():
+        with at("body", "task_id"):
             task_id = core.resolve_task(body.task_id)
-        return core.grade(task_id, [r.model_dump() for r in body.intervals])
+        with at("body", "intervals"):
+                return core.grade(task_id, [r.model_dump() for r in body.intervals])
 
     @router.get("/baseline", tags=["Grading"])
     def baseline(task_id: str = Query(..., description="a served task"),
                  seed: int = Query(0, ge=0, le=MAX_SEED, description="seed of evaluate.evaluation_key"),
                  episodes: int = Query(16, ge=1, le=MAX_BASELINE_EPISODES)) -> dict[str, Any]:
         # A plain def: FastAPI runs it on its thread pool, so the event loop keeps serving.
-        with http_errors():
+        with at("query", "task_id"):
             resolved = core.resolve_task(task_id)
+        with at("query"):
             rows = core.baseline(resolved, seed, episodes)
         return {"task_id": resolved, "seed": seed, "episodes": episodes,
                 "key": f"evaluate.evaluation_key({seed}), episodes 0..{episodes - 1}", "policies": rows}
@@ -185,3 +212,37 @@ def info_body(core: ServerCore) -> dict[str, Any]:
         "limits": {"max_sessions": core.store.max_sessions, "max_log_intervals": schemas.MAX_LOG_INTERVALS,
                    "max_baseline_episodes": MAX_BASELINE_EPISODES, "max_seed": MAX_SEED},
     }
+
+
+def add_openenv_routes(app: FastAPI, core: ServerCore, make_env: Callable[[], InferenceGymEnvironment]) -> None:
+    """OpenEnv's POST /reset and POST /step over typed bodies (module docstring), in place of
+    `create_app`'s (same paths, descriptions, responses; each request its own environment)."""
+    replaced = {r.path: r for r in app.router.routes if isinstance(r, APIRoute) and r.path in ("/reset", "/step")}
+    app.router.routes[:] = [r for r in app.router.routes if r not in replaced.values()]
+    doc: dict[str, dict[str, Any]] = {path: {"summary": r.summary, "description": r.description, "tags": r.tags}
+           for path, r in replaced.items()}
+
+    @app.post("/reset", response_model=ResetResponse, **doc.get("/reset", {}))
+    async def reset(body: schemas.OpenEnvReset | None = None) -> ResetResponse:
+        body = body or schemas.OpenEnvReset.model_validate({})
+        if body.task_id is not None:
+            with at("body", "task_id"):
+                core.resolve_task(body.task_id)
+        env = make_env()
+        try:
+            obs = await env.reset_async(**body.model_dump(exclude_unset=True))
+            return ResetResponse(**serialize_observation(obs))
+        finally:
+            env.close()
+
+    @app.post("/step", response_model=StepResponse, **doc.get("/step", {}))
+    async def step(body: schemas.OpenEnvStep) -> StepResponse:
+        if body.action.policy is not None:
+            with at("body", "action", "policy"):
+                core.pools[core.task_ids[0]].policy_index(body.action.policy)
+        env = make_env()
+        try:
+            obs = await env.step_async(body.action, timeout_s=body.timeout_s)
+            return StepResponse(**serialize_observation(obs))
+        finally:
+            env.close()

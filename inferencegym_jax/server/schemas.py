@@ -3,17 +3,24 @@
 Every field is bounded and documented with its unit; the bounds come from the declarations
 they describe (actions.KNOB_RANGES, observation.FEATURES, graders.METRIC_FIELDS), so they
 cannot drift apart. Every model forbids unknown fields, and knob values and log numbers must
-be finite JSON numbers of the right type (strict: "3" is not 3), so bad input is a 422 that
-names the field.
+be finite JSON numbers of the right type (strict: "3" is not 3, true is not 1), so bad input is
+a 422 that names the field. An integer field takes what JSON Schema counts as an integer: 4 and
+4.0 (`WholeNumbers`). A field whose schema allows null takes null as "omitted"; a field whose
+schema does not (StepSession's action and policy) refuses it.
+
+Every 4xx body is `ErrorResponse`: FastAPI's `{"detail": [{"loc", "msg", "type"}, ...]}`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
+from typing import TYPE_CHECKING, Any, Literal
 
 import pydantic
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
+from pydantic.json_schema import SkipJsonSchema
 
 from inferencegym_jax import actions
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS
@@ -33,6 +40,43 @@ KNOB_UNITS = {"kv_budget": "fraction", "spec_length": "tokens", "batch_size": "s
 STRICT = ConfigDict(extra="forbid", strict=True)
 
 
+def _takes_int(annotation: Any) -> bool:
+    """Whether a field's type is int or a union with int (bool is not an int here)."""
+    return annotation is int or int in typing.get_args(annotation)
+
+
+class WholeNumbers(BaseModel):
+    """A model whose integer fields take integer-valued floats (4.0 -> 4), as JSON Schema counts
+    them integers; other floats, booleans and strings stay refused (the fields are strict)."""
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _whole_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        ints = {name for name, field in cls.model_fields.items() if _takes_int(field.annotation)}
+        return {k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in data.items()}
+
+
+class ErrorDetail(BaseModel):
+    """One error of a 4xx answer: `loc` is where ("body", "query" or "path", then the field's
+    path as the client sent it: ["body", "action", "batch_size"]), `msg` what is wrong, `type`
+    its kind (pydantic's error types for a 422, "session_not_found", "session_gone",
+    "episode_done", "body_too_large", "no_free_slot", "not_found", "method_not_allowed")."""
+
+    model_config = ConfigDict(extra="allow")
+
+    loc: list[str | int] = Field(..., description="where: body / query / path, then the field path")
+    msg: str = Field(..., description="what is wrong")
+    type: str = Field(..., description="the error's kind")
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx answer (FastAPI's validation-error shape)."""
+
+    detail: list[ErrorDetail]
+
+
 def _knob_field(name: str, required: bool) -> tuple[Any, Any]:
     lo, hi = KNOB_RANGES[KNOBS.index(name)]
     # Values as the client sends them are strict JSON ints for integer knobs; a grader record
@@ -40,7 +84,7 @@ def _knob_field(name: str, required: bool) -> tuple[Any, Any]:
     kind = float if name == "kv_budget" or required else int
     doc = f"[{KNOB_UNITS[name]}] {KNOB_DOCS[name]}, in [{lo:g}, {hi:g}]"
     if not required:
-        doc += "; omitted: the task's default (GET /tasks)"
+        doc += "; omitted or null: the task's default (GET /tasks)"
     field = Field(... if required else None, ge=lo, le=hi, allow_inf_nan=False, strict=True, description=doc)
     return (kind if required else kind | None), field
 
@@ -57,14 +101,22 @@ if TYPE_CHECKING:  # models whose fields are made at run time, from KNOBS, FEATU
 
 else:
     # Knob values; omitted knobs take the task default, knobs the task masks are reported clipped.
+    class _StrictWholeNumbers(WholeNumbers):
+        model_config = STRICT
+
     KnobValues = pydantic.create_model(
-        "KnobValues", __config__=STRICT, **{k: _knob_field(k, required=False) for k in KNOBS})
+        "KnobValues", __base__=_StrictWholeNumbers, **{k: _knob_field(k, required=False) for k in KNOBS})
     # All five knobs, as a grader record has them.
     AppliedKnobs = pydantic.create_model(
         "AppliedKnobs", __config__=STRICT, **{k: _knob_field(k, required=True) for k in KNOBS})
 
 
-class ServingAction(Action):
+# JSON Schema of "not both": either no policy, or no knob value (null counts as omitted).
+NOT_BOTH: JsonDict = {"anyOf": [{"properties": {"policy": {"type": "null"}}},
+                      {"properties": {k: {"type": "null"} for k in KNOBS}}]}
+
+
+class ServingAction(WholeNumbers, Action):
     """One interval's action over OpenEnv: knob values in physical units, or a server policy.
 
     Give knob fields (omitted ones take the task default; values are clipped to the grid and
@@ -72,7 +124,7 @@ class ServingAction(Action):
     server runs for this interval (GET /tasks lists them), not both.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, json_schema_extra=NOT_BOTH)
 
     kv_budget: float | None = _knob_field("kv_budget", False)[1]
     spec_length: int | None = _knob_field("spec_length", False)[1]
@@ -80,6 +132,12 @@ class ServingAction(Action):
     prefill_disagg: int | None = _knob_field("prefill_disagg", False)[1]
     quant_tier: int | None = _knob_field("quant_tier", False)[1]
     policy: str | None = Field(None, max_length=64, description="a server policy to act instead (GET /tasks)")
+
+    @pydantic.model_validator(mode="after")
+    def _not_both(self) -> ServingAction:
+        if self.policy is not None and any(v is not None for v in self.knobs().values()):
+            raise ValueError("give knob values or a policy, not both")
+        return self
 
     def knobs(self) -> dict[str, Any]:
         """The knob values given (None for omitted ones)."""
@@ -122,13 +180,16 @@ class ServingState(State):
     cumulative_reward: float = Field(0.0, description="sum of the episode's rewards")
 
 
-class ResetSession(BaseModel):
+MAX_EPISODE = 2**31 - 1
+
+
+class ResetSession(WholeNumbers):
     """Start an episode: episode `episode` of the key stream of `seed` (random when omitted)."""
 
     model_config = STRICT
 
-    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed of the key stream")
-    episode: int = Field(0, ge=0, le=2**31 - 1, description="episode of the stream")
+    seed: int | None = Field(None, ge=0, le=MAX_SEED, description="seed of the key stream; omitted or null: random")
+    episode: int = Field(0, ge=0, le=MAX_EPISODE, description="episode of the stream")
     episode_id: str | None = Field(None, max_length=255, description="a label for the episode")
 
 
@@ -139,12 +200,22 @@ class CreateSession(ResetSession):
 
 
 class StepSession(BaseModel):
-    """One interval: `action` (knob values) or `policy` (a server policy), not both."""
+    """One interval: `action` (knob values) or `policy` (a server policy), exactly one of them
+    (neither may be null: leave the other out)."""
 
-    model_config = STRICT
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={
+        "oneOf": [{"required": ["action"]}, {"required": ["policy"]}]})
 
-    action: KnobValues | None = Field(None, description="knob values; omitted knobs take the task default")
-    policy: str | None = Field(None, max_length=64, description="a server policy (GET /tasks)")
+    action: KnobValues | SkipJsonSchema[None] = Field(
+        None, description="knob values; omitted knobs take the task default")
+    policy: str | SkipJsonSchema[None] = Field(None, max_length=64, description="a server policy (GET /tasks)")
+
+    @pydantic.field_validator("action", "policy", mode="before")
+    @classmethod
+    def _not_null(cls, value: Any) -> Any:
+        if value is None:
+            raise ValueError("null is not allowed: leave the field out")
+        return value
 
     @pydantic.model_validator(mode="after")
     def _one_of(self) -> StepSession:
@@ -171,10 +242,45 @@ class IntervalRecord(BaseModel):
                                   description="[tokens] output tokens of the requests that arrived")
 
 
-class GraderRequest(BaseModel):
+class GraderRequest(WholeNumbers):
     """An episode log to grade with a task's grader."""
 
     model_config = STRICT
 
     task_id: str | int = Field(..., description="a served task (GET /tasks)")
     intervals: list[IntervalRecord] = Field(..., max_length=MAX_LOG_INTERVALS, description="the episode's intervals")
+
+
+# The task API's splits (task_api) and how many episodes each holds per served task.
+Split = Literal["train", "test"]
+TASKS_PER_SPLIT = 1024
+# JSON Schema of a reset's two forms: no split and index, or both and no task_id, seed, episode.
+RESET_FORMS: JsonDict = {"anyOf": [
+    {"properties": {"split": {"type": "null"}, "index": {"type": "null"}}},
+    {"required": ["split", "index"], "properties": {"split": {"type": "string"}, "index": {"type": "integer"},
+                                                    "task_id": {"type": "null"}, "seed": {"type": "null"},
+                                                    "episode": {"const": 0}}},
+]}
+
+
+class OpenEnvReset(ResetSession):
+    """OpenEnv's POST /reset: episode `episode` of seed `seed`'s stream on task `task_id` (the
+    first served task when omitted), or task spec `index` of `split` (OpenEnv's task API: POST
+    /inferencegym/task), then without task_id, seed or episode."""
+
+    model_config = ConfigDict(json_schema_extra=RESET_FORMS)
+
+    task_id: str | int | None = Field(None, description="a served task: id, gymnasium id or number (GET /tasks)")
+    split: Split | None = Field(None, description="a split of the task API (GET /inferencegym/splits)")
+    index: int | None = Field(None, ge=0, le=MAX_EPISODE, description="a task's index in `split`")
+
+
+class OpenEnvStep(BaseModel):
+    """OpenEnv's POST /step: one interval's action, and OpenEnv's optional timeout and request id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    action: ServingAction = Field(..., description="knob values in physical units, or a server policy")
+    timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True,
+                                    description="[s] OpenEnv's action timeout (a step takes milliseconds)")
+    request_id: str | None = Field(None, max_length=255, strict=True, description="a label for the request")
