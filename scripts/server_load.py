@@ -4,7 +4,7 @@ over the HTTP session API, batched against unbatched (`serve --no-batching`).
     python scripts/server_load.py                      # 50 clients x 200 steps, both transports, both modes
     python scripts/server_load.py --clients 8 --steps 50 --modes batched --transports ws
 
-For each mode it starts its own server (`inferencegym serve --task 1 --max-sessions 64` on a
+For each mode it starts its own server (`inferencegym serve --task InferenceGym-Task1-v0 --max-sessions 64` on a
 free loopback port; nothing else is contacted), waits for /health, and then runs each transport:
 every client opens a session with its own seed, steps it `--steps` times with its own action
 sequence, and records each step's latency. It reports aggregate env steps per second (all
@@ -43,7 +43,7 @@ def free_port() -> int:
 
 
 def start_server(port: int, batching: bool, max_sessions: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "inferencegym_jax.cli", "serve", "--task", "1", "--port", str(port),
+    cmd = [sys.executable, "-m", "inferencegym_jax.cli", "serve", "--task", TASK, "--port", str(port),
            "--max-sessions", str(max_sessions)] + ([] if batching else ["--no-batching"])
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 

@@ -129,6 +129,10 @@ def _invalid_calls(task: str) -> list[tuple[str, dict[str, Any], str]]:
         ("reset_episode", {"task_id": "InferenceGym-Task99-v1"}, "task"),
         ("reset_episode", {"task_id": task, "seed": 2**32}, "less than or equal"),
         ("reset_episode", {"task_id": task, "episode": -1}, "greater than or equal"),
+        ("reset_episode", {"split": "validation", "index": 0}, "'train' or 'test'"),
+        ("reset_episode", {"split": "test", "index": 1024}, "holds tasks 0..1023"),
+        ("reset_episode", {"split": "test"}, "split and index together"),
+        ("reset_episode", {"split": "test", "index": 3, "seed": 3}, "a split's task sets it"),
         ("no_such_tool", {}, "no_such_tool"),
     ]
 
@@ -160,6 +164,8 @@ def test_invalid_tool_calls_are_errors_that_change_nothing(server, http):
         assert env.call_tool("observe") == before
         after = env.call_tool("step_interval")  # the configuration survived the refused calls
         assert after["applied_action"]["batch_size"] == 32 and after["step_count"] == 4
+        started = env.call_tool("reset_episode", split="test", index=3)  # a held-out episode evaluate grades
+        assert started["episode"] == {"seed": 0, "episode": 3, "stream": "held_out"} and started["step_count"] == 0
 
 
 def test_readme_mcp_agent_loop_runs(server, capsys):

@@ -127,20 +127,24 @@ def test_allow_lists_every_method_of_a_path(http, doc):
 
 def test_openenv_task_api_lists_splits_and_reset_starts_a_task(http):
     """Finding 2: OpenEnv's task routes answer (not 501): splits train and test, 1,024 tasks per
-    served task each, a task spec is (task, seed, episode), and POST /reset {split, index}
-    starts exactly that episode (as POST /sessions with its seed and episode does)."""
+    served task each, a task spec is (task, seed, episode, stream), and POST /reset {split:
+    "train", index} starts exactly that episode (as POST /sessions with seed 0 and the episode
+    does); whole episodes of both splits: test_test_split_is_the_held_out_episodes_evaluate_grades."""
     splits = http.get("/inferencegym/splits").json()
-    assert [(s["name"], s["num_tasks"], s["seed"]) for s in splits] == [("train", 1024, 0), ("test", 1024, 1)]
+    assert [(s["name"], s["num_tasks"], s["seed"], s["stream"]) for s in splits] == [
+        ("train", 1024, 0, "plain"), ("test", 1024, 0, "held_out")]
     assert http.post("/inferencegym/num_tasks", json={"split": "test"}).json() == {"num_tasks": 1024}
     spec = http.post("/inferencegym/task", json={"split": "test", "index": 5}).json()["task"]
-    assert spec == {"id": "test-5", "index": 5, "split": "test", "task_id": TASK, "seed": 1, "episode": 5}
+    assert spec == {"id": "test-5", "index": 5, "split": "test", "task_id": TASK, "seed": 0, "episode": 5,
+                    "stream": "held_out"}
     listed = http.post("/inferencegym/tasks", json={"split": "train"}).json()["tasks"]
     assert len(listed) == 1024 and listed[7]["seed"] == 0 and listed[7]["episode"] == 7
     assert http.post("/inferencegym/task_range", json={"split": "test", "start": 5, "stop": 6}).json() == {
         "tasks": [spec]}
-    by_split = http.post("/reset", json={"split": "test", "index": 5}).json()["observation"]
-    session = http.post("/sessions", json={"task_id": TASK, "seed": 1, "episode": 5}).json()
-    assert {k: v for k, v in by_split.items() if k in session["observation"]} == session["observation"]
+    by_split = {s: http.post("/reset", json={"split": s, "index": 5}).json()["observation"] for s in ("train", "test")}
+    session = http.post("/sessions", json={"task_id": TASK, "seed": 0, "episode": 5}).json()
+    assert session["state"]["stream"] == "plain"
+    assert {k: v for k, v in by_split["train"].items() if k in session["observation"]} == session["observation"]
     http.delete(f"/sessions/{session['session_id']}")
     assert errors(http.post("/inferencegym/task", json={"split": "test", "index": 1024}), 422)[0]["loc"] == [
         "body", "index"]
@@ -149,3 +153,42 @@ def test_openenv_task_api_lists_splits_and_reset_starts_a_task(http):
         "body", "seed"]
     assert errors(http.post("/inferencegym/tasks", json={"split": "validation"}), 422)[0]["loc"] == [
         "body", "split"]
+    assert errors(http.post("/sessions", json={}), 422)[0]["loc"] == ["body", "task_id"]
+    assert errors(http.post("/sessions", json={"split": "test", "index": 3, "task_id": TASK}), 422)[0]["loc"] == [
+        "body", "task_id"]
+
+
+def test_test_split_is_the_held_out_episodes_evaluate_grades(server, http):
+    """Test index 3, played over /ws with the server's random policy (it draws from the policy
+    key too), is episode 3 of evaluate.run_episodes(random, evaluate.evaluation_key(0)), the
+    episodes evaluate.evaluate grades; train index 3 is episode 3 of jax.random.key(0), as
+    POST /sessions {"seed": 0, "episode": 3} plays it (test_server_pool). Reward for reward to
+    float32 rounding (the pool and the scan are two compiled programs: test_server_pool's
+    tolerance); the state says the stream. POST /sessions {split, index} starts the same
+    episode (the same program: exactly equal)."""
+    import jax
+    import numpy as np
+    from openenv.core.generic_client import GenericEnvClient
+
+    import inferencegym_jax as ig
+    from inferencegym_jax import baselines, evaluate
+
+    env, params = ig.make(TASK)
+    roots = {"test": ("held_out", evaluate.evaluation_key(0)), "train": ("plain", jax.random.key(0))}
+    for split, (stream, root) in roots.items():
+        with GenericEnvClient(base_url=server.url).sync() as client:
+            result = client.reset(split=split, index=3)
+            rewards = []
+            while not result.done:
+                result = client.step({"policy": "random"})
+                rewards.append(result.reward)
+            state = client.state()
+        assert (state["seed"], state["episode"], state["stream"], state["step_count"]) == (0, 3, stream, 200)
+        session = http.post("/sessions", json={"split": split, "index": 3}).json()  # the same episode over HTTP
+        assert session["state"]["stream"] == stream and session["state"]["episode"] == 3
+        url = f"/sessions/{session['session_id']}/step"
+        assert [http.post(url, json={"policy": "random"}).json()["reward"] for _ in range(8)] == rewards[:8]
+        http.delete(f"/sessions/{session['session_id']}")
+        expected = evaluate.run_episodes(env, params, baselines.random_policy(env), root, 4).reward
+        np.testing.assert_allclose(rewards, np.asarray(expected[3]), rtol=2e-5, atol=1e-6, err_msg=split)
+        assert not np.allclose(rewards, np.asarray(expected[2]), rtol=2e-5, atol=1e-6)

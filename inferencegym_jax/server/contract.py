@@ -172,8 +172,8 @@ def examples(core: ServerCore) -> dict[str, list[dict[str, Any]]]:
     task, policy = core.task_ids[0], core.pools[core.task_ids[0]].policy_names[0]
     knobs = {"batch_size": 64, "kv_budget": 0.8}
     return {
-        "CreateSession": [{"task_id": task, "seed": 0}, {"task_id": 1, "seed": 7, "episode": 2, "episode_id": "run-1"}]
-        if tasks.newest_version(1) == task else [{"task_id": task, "seed": 0}],
+        "CreateSession": [{"task_id": task, "seed": 0}, {"split": "test", "index": 3}]
+        + ([{"task_id": 1, "seed": 7, "episode": 2, "episode_id": "run-1"}] if tasks.newest_version(1) == task else []),
         "ResetSession": [{"seed": 0, "episode": 3}, {}],
         "StepSession": [{"action": knobs}, {"policy": policy}],
         "GraderRequest": [{"task_id": task, "intervals": []}],
@@ -211,7 +211,7 @@ def install_openapi(app: FastAPI, core: ServerCore) -> None:
             _patch_property(components, model, "task_id", body_task)
         for model in ("StepSession", "ServingAction"):
             _patch_property(components, model, "policy", {"anyOf": [{"type": "string", "enum": policies}]})
-        for model in ("TaskBody", "OpenEnvReset"):
+        for model in ("TaskBody", "OpenEnvReset", "CreateSession"):
             _patch_property(components, model, "index", {"anyOf": [
                 {"type": "integer", "minimum": 0, "maximum": TASKS_PER_SPLIT * len(core.task_ids) - 1}]})
         for model, bodies in examples(core).items():

@@ -36,7 +36,7 @@ from inferencegym_jax import baselines, evaluate, graders, tasks, validation
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.evaluate import Policy
 from inferencegym_jax.server.pool import GIVEN_ACTION, TaskPool
-from inferencegym_jax.server.sessions import Batcher, EpisodeDone, Session, SessionStore
+from inferencegym_jax.server.sessions import HELD_OUT, PLAIN, Batcher, EpisodeDone, Session, SessionStore
 from inferencegym_jax.traffic import sampling
 
 # Longest episode log /grader takes [intervals]; logs are padded to it (one program per task).
@@ -316,13 +316,16 @@ class ServerCore:
 
     # ------------------------------------------------------------------ sessions
 
-    def _reset_op(self, session: Session, seed: int | None, episode: int, episode_id: str | None) -> dict[str, Any]:
+    def _reset_op(self, session: Session, seed: int | None, episode: int, episode_id: str | None,
+                  held_out: bool) -> dict[str, Any]:
         seed = secrets.randbelow(MAX_SEED + 1) if seed is None else sampling.check_seed(seed)
         if isinstance(episode, bool) or not isinstance(episode, int) or not 0 <= episode <= 2**31 - 1:
             raise ValueError(f"episode={episode!r}: must be an integer in [0, {2**31 - 1}]")
         session.seed, session.episode = seed, episode
+        session.stream = HELD_OUT if held_out else PLAIN
         session.episode_id = episode_id or session.id
-        return {"slot": session.slot, "reset": True, "seed": session.seed, "episode": episode}
+        return {"slot": session.slot, "reset": True, "seed": session.seed, "episode": episode,
+                "held_out": bool(held_out)}
 
     def _after_reset(self, session: Session, row: Mapping[str, Any]) -> StepResult:
         session.started, session.step_count, session.done, session.cumulative_reward = True, 0, False, 0.0
@@ -357,11 +360,13 @@ class ServerCore:
         return _result(row, session, reset=False)
 
     async def reset(self, session: Session, seed: int | None = None, episode: int = 0,
-                    episode_id: str | None = None) -> StepResult:
-        """Start an episode in `session` (seed None: a fresh random seed, kept in the session).
-        A session's operations run one at a time, in the order they arrive."""
+                    episode_id: str | None = None, held_out: bool = False) -> StepResult:
+        """Start episode `episode` of seed `seed`'s stream in `session` (seed None: a fresh random
+        seed, kept in the session): the stream jax.random.key(seed), or with `held_out` the
+        held-out stream evaluate.evaluation_key(seed) (pool module docstring). A session's
+        operations run one at a time, in the order they arrive."""
         async with session.lock:
-            op = self._reset_op(session, seed, episode, episode_id)
+            op = self._reset_op(session, seed, episode, episode_id, held_out)
             return self._after_reset(session, await self.batcher.run(session, op))
 
     async def step(self, session: Session, action: Mapping[str, float] | None = None,
@@ -373,9 +378,9 @@ class ServerCore:
             return self._after_step(session, await self.batcher.run(session, op))
 
     def reset_now(self, session: Session, seed: int | None = None, episode: int = 0,
-                  episode_id: str | None = None) -> StepResult:
+                  episode_id: str | None = None, held_out: bool = False) -> StepResult:
         """`reset` on the calling thread (no event loop)."""
-        op = self._reset_op(session, seed, episode, episode_id)
+        op = self._reset_op(session, seed, episode, episode_id, held_out)
         return self._after_reset(session, self.batcher.run_now(session, op))
 
     def step_now(self, session: Session, action: Mapping[str, float] | None = None,

@@ -9,6 +9,9 @@ a session whose environment, core session and episode persist across calls, and 
 the episode `/ws` plays with the same actions, number for number.
 
     reset_episode(task_id?, seed?, episode?)  start episode `episode` of seed `seed`'s key stream
+    reset_episode(split, index)               or task `index` of a split of the task API: "train"
+                                              (seed 0's stream) or "test" (the held-out episodes
+                                              of evaluate.evaluation_key(0) that /baseline grades)
     observe()                                 the latest observation, nothing advances
     configure(kv_budget?, ...)                set knobs; every later step_interval applies them
     step_interval(kv_budget?, ...)            one control interval with the configured knobs,
@@ -23,7 +26,8 @@ and structured content: the raw numbers beside a table of name, value, unit and 
 
 An invalid call is an MCP tool error (`isError`; over OpenEnv's HTTP `/mcp` a JSON-RPC error
 whose message is the tool's) and changes nothing in the session: a knob out of its range or off
-its type, an unknown task, a seed or episode out of range, `observe`, `configure`,
+its type, an unknown task, a seed or episode out of range, an unknown split, an index out of
+its split, a split with a task, seed or episode, `observe`, `configure`,
 `step_interval` or `grade` before an episode was started (no default episode is started for
 them, unlike OpenEnv's stateless `POST /step`), and `step_interval` after the horizon.
 """
@@ -46,8 +50,17 @@ from pydantic import Field
 from inferencegym_jax.actions import GRID, KNOB_RANGES, KNOBS
 from inferencegym_jax.observation import FEATURES
 from inferencegym_jax.server.core import MAX_SEED, ServerCore
-from inferencegym_jax.server.schemas import KNOB_DOCS, KNOB_UNITS, MAX_EPISODE, ServingAction, ServingObservation
+from inferencegym_jax.server.schemas import (
+    KNOB_DOCS,
+    KNOB_UNITS,
+    MAX_EPISODE,
+    TASKS_PER_SPLIT,
+    ServingAction,
+    ServingObservation,
+    Split,
+)
 from inferencegym_jax.server.sessions import Session
+from inferencegym_jax.server.task_api import SPLIT_DOCS
 
 SERVER_NAME = "inferencegym"
 
@@ -74,6 +87,8 @@ if TYPE_CHECKING:  # the argument types as mypy sees them; at run time with thei
     Seed = int | None
     TaskId = str | int | None
     Episode = int
+    SplitName = str | None
+    Index = int | None
 else:
     # The knob arguments of configure and step_interval: omitted (null) leaves the knob as it is.
     KvBudget = _knob("kv_budget", float)
@@ -86,6 +101,11 @@ else:
     Seed = Annotated[int | None, Field(ge=0, le=MAX_SEED, description="seed of the episode's key stream; "
                                                                        "omitted: a random one")]
     Episode = Annotated[int, Field(ge=0, le=MAX_EPISODE, description="episode of that stream")]
+    SplitName = Annotated[Split | None, Field(description=(
+        "a split of the task API, with `index` and without task_id, seed or episode: "
+        + "; ".join(f"{k}: {v}" for k, v in SPLIT_DOCS.items())))]
+    Index = Annotated[int | None, Field(ge=0, le=MAX_EPISODE, description=(
+        f"a task's index in `split`: task {TASKS_PER_SPLIT} * k + e is episode e of the k-th served task"))]
 
 
 class ToolHost(Protocol):
@@ -102,8 +122,9 @@ class ToolHost(Protocol):
     @property
     def latest(self) -> ServingObservation | None: ...
 
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
-                          task_id: Any = None, episode: int = 0) -> ServingObservation: ...
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: Any = None,
+                          episode: int = 0, split: str | None = None,
+                          index: int | None = None) -> ServingObservation: ...
 
     async def step_async(self, action: Any, timeout_s: float | None = None) -> Any: ...
 
@@ -196,13 +217,16 @@ def _host(ctx: Context) -> ToolHost:
 def _observed(host: ToolHost, obs: ServingObservation, session: Session) -> ToolResult:
     content = observation_content(obs, session.horizon)
     content["next_knobs"] = knob_table(host, session)
+    # which episode: of seed `seed`'s plain stream, or held_out (the test split's, evaluate's)
+    content["episode"] = {"seed": session.seed, "episode": session.episode, "stream": session.stream}
     return _result(content, observation_text(content))
 
 
-async def reset_episode(ctx: Context, task_id: TaskId = None, seed: Seed = None, episode: Episode = 0) -> ToolResult:
+async def reset_episode(ctx: Context, task_id: TaskId = None, seed: Seed = None, episode: Episode = 0,
+                        split: SplitName = None, index: Index = None) -> ToolResult:
     host = _host(ctx)
-    try:  # the environment checks the task before it touches its session
-        obs = await host.reset_async(seed=seed, task_id=task_id, episode=episode)
+    try:  # the environment checks the task, split and index before it touches its session
+        obs = await host.reset_async(seed=seed, task_id=task_id, episode=episode, split=split, index=index)
     except (ValueError, HTTPException) as err:
         raise refused(_message(err)) from None
     session, _ = _started(host)
@@ -276,7 +300,9 @@ def _descriptions(core: ServerCore) -> dict[str, str]:
                 "interval's serving metrics, the knobs applied and those clipped, and the knobs the next "
                 "interval applies.")
     return {
-        "reset_episode": f"Start an episode (any episode in progress ends). Tasks served: {served}. "
+        "reset_episode": f"Start an episode (any episode in progress ends): episode `episode` of seed `seed` "
+                         "on task `task_id`, or task `index` of `split` (train, or test: the held-out episodes "
+                         f"the project's evaluation grades). Tasks served: {served}. "
                          f"Knobs configured before are dropped. {observed}",
         "observe": f"The latest observation again; nothing advances. {observed}",
         "configure": "Set serving knobs; every later step_interval applies them until changed (omitted "

@@ -8,7 +8,9 @@ go through the core's batcher, so the episodes of all open connections are stepp
 
 reset(seed=s, episode=e, task_id=t): episode e of the key stream of seed s (pool module
 docstring), task t (default: the first served task). A step after the horizon raises HTTP 409.
-reset(split=..., index=i) starts task spec i of a split of OpenEnv's task API (`task_api`).
+reset(split=..., index=i) starts task spec i of a split of OpenEnv's task API (`task_api`):
+"train" episodes of seed 0's stream, "test" the held-out episodes of evaluate.evaluation_key(0)
+that `evaluate.evaluate` grades; the state's `stream` says which stream ("plain", "held_out").
 
 A step with no episode started (every stateless `POST /step`, whose environment is fresh, or a
 connection's first message when it is a step) first starts episode 0 of the stream of
@@ -75,7 +77,8 @@ def state_of(session: Session | None) -> ServingState:
     if session is None:
         return ServingState()
     return ServingState(episode_id=session.episode_id, step_count=session.step_count, task_id=session.task_id,
-                        seed=session.seed, episode=session.episode, horizon=session.horizon, done=session.done,
+                        seed=session.seed, episode=session.episode, stream=session.stream,
+                        horizon=session.horizon, done=session.done,
                         cumulative_reward=session.cumulative_reward)
 
 
@@ -156,18 +159,18 @@ class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
                           episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
-        task_id, seed, episode = self.task_reset(split, index, task_id, seed, episode)  # task_api: a split's task
+        task_id, seed, episode, held_out = self.task_reset(split, index, task_id, seed, episode)  # a split's task
         session = self._session_for(task_id)
         with http_errors():
-            result = await self._core.reset(session, seed, episode, episode_id)
+            result = await self._core.reset(session, seed, episode, episode_id, held_out)
         return self._record(observation(result, session.task_id), reset=True)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
               episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
-        task_id, seed, episode = self.task_reset(split, index, task_id, seed, episode)  # task_api: a split's task
+        task_id, seed, episode, held_out = self.task_reset(split, index, task_id, seed, episode)  # a split's task
         session = self._session_for(task_id)
         with http_errors():
-            result = self._core.reset_now(session, seed, episode, episode_id)
+            result = self._core.reset_now(session, seed, episode, episode_id, held_out)
         return self._record(observation(result, session.task_id), reset=True)
 
     async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
@@ -212,7 +215,8 @@ class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
         return EnvironmentMetadata(
             name=ENV_NAME,
             description=f"LLM inference-serving control (JAX simulator), tasks {tasks}; "
-                        "reset(seed, episode, task_id), step(knob values or a server policy); MCP tools "
+                        "reset(seed, episode, task_id) or reset(split, index) (test: the held-out evaluation "
+                        "episodes), step(knob values or a server policy); MCP tools "
                         f"for LLM agents on /mcp: {', '.join(mcp_tools.TOOL_NAMES)}",
             version=_version(),
         )

@@ -10,10 +10,13 @@ whether it is stepped alone or among 63 others (XLA:CPU rounds a full SIMD width
 same way whatever the width: see `evaluate.BATCH_MULTIPLE`).
 
 Keys: a session started with seed s and episode e is episode e of the stream
-root = jax.random.key(s): (k_reset, k_env, k_policy) = evaluate.stream_episode_keys(root, e),
-interval t steps with fold_in(k_env, t) and asks a policy with fold_in(k_policy, t). So its
-trajectory is the one `gymnasium_env.GymnasiumEnv.reset(seed=s)` starts, and, stepped with a
-policy of the server, episode e of `evaluate.run_episodes(env, params, policy, root, ...)`.
+root = jax.random.key(s) (or, with `Op.held_out`, root = evaluate.evaluation_key(s), the
+held-out episodes `evaluate.evaluate` grades): (k_reset, k_env, k_policy) =
+evaluate.stream_episode_keys(root, e), interval t steps with fold_in(k_env, t) and asks a policy
+with fold_in(k_policy, t). So its trajectory is the one `gymnasium_env.GymnasiumEnv.reset(seed=s)`
+starts (plain stream), and, stepped with a policy of the server, episode e of
+`evaluate.run_episodes(env, params, policy, root, ...)`. `held_out` is a traced flag: both
+streams share one program.
 
 The pool is not donated to the program: a program that fails leaves every session as it was
 (a copy of the pool costs ~1 kB per slot).
@@ -76,6 +79,8 @@ class Ops:
       reset: bool (B,), True to start an episode (seed, episode), False to run an interval.
       seed: uint32 (B,), the stream's seed (reset only).
       episode: int32 (B,), the episode of the stream (reset only).
+      held_out: bool (B,), True for the stream evaluate.evaluation_key(seed), False for
+        jax.random.key(seed) (reset only).
       policy: int32 (B,), GIVEN_ACTION for `action`, i >= 1 for the pool's i-th policy.
       action: float32 (B, 5) [knob units, KNOBS order], the action of GIVEN_ACTION rows.
     """
@@ -84,6 +89,7 @@ class Ops:
     reset: jax.Array
     seed: jax.Array
     episode: jax.Array
+    held_out: jax.Array
     policy: jax.Array
     action: jax.Array
 
@@ -129,7 +135,10 @@ def physical_action(action: Any, params: EnvParams) -> jax.Array:
 def _one(env: InferenceGymEnv, params: EnvParams, policies: tuple[Policy, ...], state: EnvState,
          k_env: jax.Array, k_policy: jax.Array, op: Ops) -> tuple[EnvState, jax.Array, jax.Array, Outcome]:
     """One operation on one slot: both branches are computed and `op.reset` selects."""
-    k_reset, k_env_new, k_policy_new = evaluate.stream_episode_keys(jax.random.key(op.seed), op.episode)
+    plain = jax.random.key(op.seed)
+    held_out = jax.random.fold_in(plain, evaluate.EVAL_STREAM)  # evaluate.evaluation_key(op.seed)
+    root = jax.random.wrap_key_data(jnp.where(op.held_out, jax.random.key_data(held_out), jax.random.key_data(plain)))
+    k_reset, k_env_new, k_policy_new = evaluate.stream_episode_keys(root, op.episode)
     obs0, state0 = env.reset_env(k_reset, params)
     k_env, k_policy = jax.random.wrap_key_data(k_env), jax.random.wrap_key_data(k_policy)
     obs = env.get_obs(state, params)
@@ -266,6 +275,7 @@ class TaskPool:
             "reset": np.zeros(size, bool),
             "seed": np.zeros(size, np.uint32),
             "episode": np.zeros(size, np.int32),
+            "held_out": np.zeros(size, bool),
             "policy": np.zeros(size, np.int32),
             "action": np.tile(self._default, (size, 1)),
         }

@@ -1,6 +1,7 @@
 """The HTTP routes beside OpenEnv's: sessions by id, tasks, info, grader, baseline, live view.
 
-    POST   /sessions                 {task_id, seed?, episode?, episode_id?} -> 201 session, first observation
+    POST   /sessions                 {task_id, seed?, episode?, episode_id?} or {split, index, episode_id?}
+                                     (task_api: "test" is the held-out episodes) -> 201 session, first observation
     GET    /sessions/{id}            the session's state
     POST   /sessions/{id}/reset      {seed?, episode?, episode_id?} -> the first observation
     POST   /sessions/{id}/step       {action: {knob: value}} or {policy: name} -> observation, reward, done
@@ -46,6 +47,7 @@ from inferencegym_jax.server import schemas
 from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
 from inferencegym_jax.server.openenv_env import InferenceGymEnvironment, http_errors, state_of
 from inferencegym_jax.server.sessions import Session
+from inferencegym_jax.server.task_api import invalid, reset_target
 
 
 def session_body(session: Session, result: StepResult | None = None) -> dict[str, Any]:
@@ -91,12 +93,16 @@ def add_session_routes(router: APIRouter, core: ServerCore) -> None:
 
     @router.post("/sessions", status_code=201, tags=["Sessions"])
     async def create_session(body: schemas.CreateSession) -> dict[str, Any]:
+        task, seed, episode, held_out = reset_target(core, body.split, body.index, body.task_id, body.seed,
+                                                     body.episode)
+        if task is None:
+            raise invalid(["body", "task_id"], "give task_id, or split and index")
         with at("body", "task_id"):
-            task_id = core.resolve_task(body.task_id)
+            task_id = core.resolve_task(task)
         with http_errors():
             session = core.store.create(task_id)
         with http_errors():
-            result = await core.reset(session, body.seed, body.episode, body.episode_id)
+            result = await core.reset(session, seed, episode, body.episode_id, held_out)
         return session_body(session, result)
 
     @router.get("/sessions/{session_id}", tags=["Sessions"])

@@ -175,12 +175,32 @@ class ServingState(State):
     task_id: str = Field("", description="the task of the episode")
     seed: int = Field(0, description="seed of the episode's key stream, [0, 2**32 - 1]")
     episode: int = Field(0, description="episode of that stream")
+    stream: Literal["plain", "held_out"] = Field(
+        "plain", description="the key stream: plain (root jax.random.key(seed)) or held_out (root "
+                             "evaluate.evaluation_key(seed), the held-out episodes evaluate grades: split test)")
     horizon: int = Field(0, description="[intervals] per episode")
     done: bool = Field(False, description="the episode reached its horizon")
     cumulative_reward: float = Field(0.0, description="sum of the episode's rewards")
 
 
 MAX_EPISODE = 2**31 - 1
+
+
+# The task API's splits (task_api) and how many episodes each holds per served task.
+Split = Literal["train", "test"]
+TASKS_PER_SPLIT = 1024
+# JSON Schema of a task of the task API: split and index, and no task_id, seed or episode.
+SPLIT_FORM: JsonDict = {"required": ["split", "index"], "properties": {
+    "split": {"type": "string"}, "index": {"type": "integer"}, "task_id": {"type": "null"}, "seed": {"type": "null"},
+    "episode": {"const": 0}}}
+# JSON Schema of a reset's two forms: no split and index, or SPLIT_FORM.
+RESET_FORMS: JsonDict = {"anyOf": [{"properties": {"split": {"type": "null"}, "index": {"type": "null"}}}, SPLIT_FORM]}
+# JSON Schema of a new session's two forms: a task_id and no split and index, or SPLIT_FORM.
+CREATE_FORMS: JsonDict = {"anyOf": [
+    {"required": ["task_id"], "properties": {"task_id": {"not": {"type": "null"}}, "split": {"type": "null"},
+                                             "index": {"type": "null"}}},
+    SPLIT_FORM,
+]}
 
 
 class ResetSession(WholeNumbers):
@@ -194,9 +214,16 @@ class ResetSession(WholeNumbers):
 
 
 class CreateSession(ResetSession):
-    """A new session of a served task, reset at once."""
+    """A new session of a served task, reset at once: episode `episode` of seed `seed`'s stream on
+    `task_id`, or task spec `index` of `split` (the task API's: "test" is the held-out episodes
+    evaluate grades), then without task_id, seed or episode."""
 
-    task_id: str | int = Field(..., description="a served task: id, gymnasium id or number (GET /tasks)")
+    model_config = ConfigDict(json_schema_extra=CREATE_FORMS)
+
+    task_id: str | int | None = Field(None, description="a served task: id, gymnasium id or number (GET /tasks); "
+                                                         "required unless split and index are given")
+    split: Split | None = Field(None, description="a split of the task API (GET /inferencegym/splits)")
+    index: int | None = Field(None, ge=0, le=MAX_EPISODE, description="a task's index in `split`")
 
 
 class StepSession(BaseModel):
@@ -249,18 +276,6 @@ class GraderRequest(WholeNumbers):
 
     task_id: str | int = Field(..., description="a served task (GET /tasks)")
     intervals: list[IntervalRecord] = Field(..., max_length=MAX_LOG_INTERVALS, description="the episode's intervals")
-
-
-# The task API's splits (task_api) and how many episodes each holds per served task.
-Split = Literal["train", "test"]
-TASKS_PER_SPLIT = 1024
-# JSON Schema of a reset's two forms: no split and index, or both and no task_id, seed, episode.
-RESET_FORMS: JsonDict = {"anyOf": [
-    {"properties": {"split": {"type": "null"}, "index": {"type": "null"}}},
-    {"required": ["split", "index"], "properties": {"split": {"type": "string"}, "index": {"type": "integer"},
-                                                    "task_id": {"type": "null"}, "seed": {"type": "null"},
-                                                    "episode": {"const": 0}}},
-]}
 
 
 class OpenEnvReset(ResetSession):

@@ -22,12 +22,17 @@ import secrets
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal
 
 from inferencegym_jax.server.pool import TaskPool
 
 # Evicted ids remembered, so that they answer 410 Gone rather than 404.
 GONE_MEMORY = 4096
+# A session's key stream (Session.stream): root jax.random.key(seed), or the held-out
+# evaluate.evaluation_key(seed), whose episodes evaluate.evaluate grades (pool module docstring).
+Stream = Literal["plain", "held_out"]
+PLAIN: Stream = "plain"
+HELD_OUT: Stream = "held_out"
 
 
 class SessionNotFound(KeyError):
@@ -57,6 +62,7 @@ class Session:
       pinned: held by a WebSocket connection (never evicted; closed with the connection).
       started: an episode has been reset in it; closed: evicted or closed (its slot is free).
       seed: [0, 2**32 - 1] seed of the episode's stream; episode: the episode of that stream.
+      stream: PLAIN (root jax.random.key(seed)) or HELD_OUT (root evaluate.evaluation_key(seed)).
       episode_id: a label the client chose (or the session id).
       step_count: [intervals] stepped in this episode; horizon: [intervals] per episode.
       done: the episode reached its horizon.
@@ -75,6 +81,7 @@ class Session:
     closed: bool = False
     seed: int = 0
     episode: int = 0
+    stream: Stream = PLAIN
     episode_id: str = ""
     step_count: int = 0
     horizon: int = 0

@@ -1,23 +1,32 @@
 """OpenEnv's task API over the server's episodes: splits, task specs, and `reset(split, index)`.
 
 A task spec is one episode a client can start: `{"id": "<split>-<index>", "index", "split",
-"task_id", "seed", "episode"}`, episode `episode` of the key stream of `seed` on task `task_id`
-(the keys of `pool`'s module docstring: root = jax.random.key(seed), as `POST /sessions` and
-gymnasium's `reset(seed=seed)` start them). Two splits, the same for every server:
+"task_id", "seed", "episode", "stream"}`, episode `episode` of the key stream `stream` of seed
+`seed` on task `task_id` (the keys of `pool`'s module docstring). Two splits, the same for every
+server, both of seed 0:
 
-  * "train": TASKS_PER_SPLIT (1,024) episodes per served task, of the stream of seed 0 (the
-    stream the stateless `POST /step` starts);
-  * "test": as many, of the stream of seed 1, which no "train" task touches (held out: a policy
-    trained on "train" has never seen these episodes).
+  * "train": TASKS_PER_SPLIT (1,024) episodes per served task of the plain stream, root =
+    jax.random.key(0): the episodes `POST /sessions {"seed": 0, "episode": i}` and gymnasium's
+    `reset(seed=0)` start, and the stateless `POST /step` (episode 0). The project's trainers
+    draw their keys from evaluate.training_key(seed) = fold_in(key(seed), TRAIN_STREAM), another
+    stream: "train" is not the trainers' own episodes, only episodes disjoint from "test".
+  * "test": as many of the held-out stream, root = evaluate.evaluation_key(0) =
+    fold_in(key(0), EVAL_STREAM): test index i of a task is exactly episode i that
+    `evaluate.evaluate(env, params, policy, evaluate.evaluation_key(0), n, task)` (n > i) grades,
+    the held-out episodes of `/baseline` (seed 0) and of the README's tables, so a client
+    playing it with a policy gets that episode's trajectory, reward for reward to float32
+    rounding (the pool and evaluate's scan are two compiled programs; tests/test_server_contract.py).
+    Disjoint from "train" and from every trainer's key stream.
 
 Index i of a split is task `task_ids[i // 1024]` (in the order the server serves them, GET
-/tasks), episode `i % 1024`. (The held-out episodes of `/baseline` and
-the README's tables are those of `evaluate.evaluation_key(seed)`, a stream a session cannot
-start; the "test" split is the server's own held-out stream.)
+/tasks), episode `i % 1024`. `reset(split=..., index=i)` (POST /reset, /ws, the MCP tool
+`reset_episode`) and `POST /sessions {"split", "index"}` start it; the session's state says its
+`stream` ("plain" or "held_out").
 
 `TaskProvider` gives an OpenEnv environment the methods OpenEnv's task protocol names
 (`list_splits`, `list_tasks`, `num_tasks`, `get_task`, `get_task_range`) and `task_reset`,
-which turns `reset(split=..., index=...)` into the (task, seed, episode) it starts.
+which turns `reset(split=..., index=...)` into the (task, seed, episode, held_out) it starts
+(`reset_target`; `POST /sessions {"split", "index"}` uses it too).
 `add_task_routes` serves them over HTTP at OpenEnv's paths (`/inferencegym/splits`, ...), with
 typed bodies and the server's error shape.
 """
@@ -32,12 +41,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from inferencegym_jax.server.core import ServerCore
 from inferencegym_jax.server.schemas import MAX_EPISODE, TASKS_PER_SPLIT, Split, WholeNumbers
+from inferencegym_jax.server.sessions import HELD_OUT, PLAIN, Stream
 
-# split -> (seed of its stream, episodes per served task).
-# Both the same size, so that an index's bound does not depend on the split.
-SPLITS: dict[str, tuple[int, int]] = {"train": (0, TASKS_PER_SPLIT), "test": (1, TASKS_PER_SPLIT)}
-SPLIT_DOCS = {"train": f"episodes 0..{TASKS_PER_SPLIT - 1} of seed 0's stream, per served task",
-              "test": f"episodes 0..{TASKS_PER_SPLIT - 1} of seed 1's stream, per served task (held out from train)"}
+# split -> (seed, stream (sessions.PLAIN or HELD_OUT)); TASKS_PER_SPLIT episodes per served task each,
+# so that an index's bound does not depend on the split.
+SPLITS: dict[str, tuple[int, Stream]] = {"train": (0, PLAIN), "test": (0, HELD_OUT)}
+SPLIT_DOCS = {"train": f"episodes 0..{TASKS_PER_SPLIT - 1} of seed 0's plain stream (jax.random.key(0)), "
+                       "per served task",
+              "test": f"episodes 0..{TASKS_PER_SPLIT - 1} of the held-out stream evaluate.evaluation_key(0), per "
+                      "served task: the episodes /baseline and the README's tables grade (disjoint from train)"}
 assert set(typing.get_args(Split)) == set(SPLITS) and TASKS_PER_SPLIT <= MAX_EPISODE
 
 
@@ -50,7 +62,7 @@ def split_size(core: ServerCore, split: str, loc: list[str | int]) -> int:
     """How many task specs `split` holds; a 422 at `loc` for an unknown split."""
     if split not in SPLITS:
         raise invalid(loc, f"split={split!r}: the splits are {list(SPLITS)}")
-    return SPLITS[split][1] * len(core.task_ids)
+    return TASKS_PER_SPLIT * len(core.task_ids)
 
 
 def task_spec(core: ServerCore, split: str, index: int, loc: list[str | int]) -> dict[str, Any]:
@@ -58,9 +70,10 @@ def task_spec(core: ServerCore, split: str, index: int, loc: list[str | int]) ->
     size = split_size(core, split, loc)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
         raise invalid([*loc[:-1], "index"], f"index={index!r}: split {split!r} holds tasks 0..{size - 1}")
-    seed, per_task = SPLITS[split]
+    seed, stream = SPLITS[split]
     return {"id": f"{split}-{index}", "index": index, "split": split,
-            "task_id": core.task_ids[index // per_task], "seed": seed, "episode": index % per_task}
+            "task_id": core.task_ids[index // TASKS_PER_SPLIT], "seed": seed, "episode": index % TASKS_PER_SPLIT,
+            "stream": stream}
 
 
 class TaskProvider:
@@ -70,9 +83,9 @@ class TaskProvider:
     _core: ServerCore
 
     def list_splits(self) -> list[dict[str, Any]]:
-        """The splits: name, OpenEnv's type, size, seed and description."""
+        """The splits: name, OpenEnv's type, size, seed, stream and description."""
         return [{"name": name, "type": name, "num_tasks": split_size(self._core, name, ["split"]), "seed": seed,
-                 "description": SPLIT_DOCS[name]} for name, (seed, _) in SPLITS.items()]
+                 "stream": stream, "description": SPLIT_DOCS[name]} for name, (seed, stream) in SPLITS.items()]
 
     def list_tasks(self, split: str) -> list[dict[str, Any]]:
         """Every task spec of `split`."""
@@ -92,18 +105,25 @@ class TaskProvider:
         return [task_spec(self._core, split, i, ["body", "split"]) for i in indices]
 
     def task_reset(self, split: str | None, index: int | None, task_id: Any, seed: int | None,
-                   episode: int) -> tuple[Any, int | None, int]:
-        """(task_id, seed, episode) a reset starts: task spec `index` of `split` when given
-        (then neither task_id nor seed may be, nor an episode other than 0), else the arguments."""
-        if split is None and index is None:
-            return task_id, seed, episode
-        if split is None or index is None:
-            raise invalid(["body", "split" if split is None else "index"], "give split and index together")
-        given = [k for k, v in (("task_id", task_id), ("seed", seed), ("episode", episode or None)) if v is not None]
-        if given:
-            raise invalid(["body", given[0]], f"{given[0]}: a split's task sets it; give split and index alone")
-        spec = task_spec(self._core, split, index, ["body", "split"])
-        return spec["task_id"], spec["seed"], spec["episode"]
+                   episode: int) -> tuple[Any, int | None, int, bool]:
+        """`reset_target` over this environment's core."""
+        return reset_target(self._core, split, index, task_id, seed, episode)
+
+
+def reset_target(core: ServerCore, split: str | None, index: int | None, task_id: Any, seed: int | None,
+                 episode: int) -> tuple[Any, int | None, int, bool]:
+    """(task_id, seed, episode, held_out) a reset starts: task spec `index` of `split` when given
+    (then neither task_id nor seed may be, nor an episode other than 0), else the arguments on
+    the plain stream. A 422 naming the body's field otherwise."""
+    if split is None and index is None:
+        return task_id, seed, episode, False
+    if split is None or index is None:
+        raise invalid(["body", "split" if split is None else "index"], "give split and index together")
+    given = [k for k, v in (("task_id", task_id), ("seed", seed), ("episode", episode or None)) if v is not None]
+    if given:
+        raise invalid(["body", given[0]], f"{given[0]}: a split's task sets it; give split and index alone")
+    spec = task_spec(core, split, index, ["body", "split"])
+    return spec["task_id"], spec["seed"], spec["episode"], spec["stream"] == HELD_OUT
 
 
 class SplitBody(BaseModel):
@@ -139,7 +159,7 @@ def add_task_routes(app: FastAPI, core: ServerCore, env_name: str) -> None:
     app.router.routes[:] = [r for r in app.router.routes if not getattr(r, "path", "").startswith("/{env_name}/")]
     router, prefix = app.router, f"/{env_name}"  # on the app itself, where `contract` finds them
 
-    @router.get(f"{prefix}/splits", tags=["Task API"], summary="The splits: train and test (held out)")
+    @router.get(f"{prefix}/splits", tags=["Task API"], summary="The splits: train and test (held-out evaluation)")
     async def list_splits() -> list[dict[str, Any]]:
         return provider.list_splits()
 
