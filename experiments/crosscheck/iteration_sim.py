@@ -75,7 +75,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
-from reference import LENGTHS, OperatingPoint, draw_requests  # noqa: E402  (the reference's own generator)
+from reference import LENGTHS, OperatingPoint, draw_requests, request_summary  # noqa: E402  (the reference's own generator)
 
 DEFAULT_OUT = HERE / "iteration_sim.json"
 REFERENCE_JSON = HERE / "reference.json"
@@ -390,22 +390,11 @@ def simulate(
 # Statistics (reference.py's definitions)
 
 
-def _pct(x: np.ndarray, q: float) -> float:
-    return float(np.percentile(x, q)) if len(x) else float("nan")
-
-
 def latency_stats(ttft: np.ndarray, e2e: np.ndarray, outputs: np.ndarray) -> dict[str, float]:
     """TTFT p50/p90/p99/mean and per-request TPOT mean/p99 [s]."""
     m = outputs > 1
     tpot = (e2e[m] - ttft[m]) / (outputs[m] - 1)
-    return {
-        "ttft_p50_s": _pct(ttft, 50),
-        "ttft_p90_s": _pct(ttft, 90),
-        "ttft_p99_s": _pct(ttft, 99),
-        "ttft_mean_s": float(ttft.mean()) if len(ttft) else float("nan"),
-        "tpot_mean_s": float(tpot.mean()) if len(tpot) else float("nan"),
-        "tpot_p99_s": _pct(tpot, 99),
-    }
+    return request_summary(ttft, tpot)
 
 
 def rel(project: float, reference: float) -> float:

@@ -317,6 +317,12 @@ def latency_stats(records: Sequence[dict[str, Any]]) -> dict[str, float]:
         )
         / 1000.0
     )
+    return request_summary(ttft, tpot)
+
+
+def request_summary(ttft: np.ndarray, tpot: np.ndarray) -> dict[str, float]:
+    """TTFT p50/p90/p99/mean and TPOT mean/p99 [s] of per-request TTFT and TPOT [s] (NaN where
+    there are none); iteration_sim.py's rows use it too."""
     return {
         "ttft_p50_s": _pct(ttft, 50),
         "ttft_p90_s": _pct(ttft, 90),
