@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.sharding", "inferencegym_jax.graders", "inferencegym_jax.evaluate"),
     ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
-     "inferencegym_jax.interop.gymnasium_env", "inferencegym_jax.interop.gym_grading",
+     "inferencegym_jax.loadtest", "inferencegym_jax.interop.gymnasium_env", "inferencegym_jax.interop.gym_grading",
      "inferencegym_jax.interop.gym_vector", "inferencegym_jax.interop.gym_single",
      "inferencegym_jax.interop.gym_host", "inferencegym_jax.interop.gym_programs"),
     ("inferencegym_jax.interop",),

@@ -4,6 +4,7 @@
     inferencegym train | eval | sweep     training_commands: PPO, graded against the baselines
     inferencegym bench                    bench: env steps per second
     inferencegym plot                     plot_command: one held-out episode of a policy over time
+    inferencegym loadtest                 loadtest_command: one fixed configuration under Poisson load
     inferencegym serve                    serve_command: the OpenEnv server (extra [server])
 
 `common` holds what they share (argument types, output checks, tables, XLA flags). JAX, the
@@ -19,7 +20,14 @@ import argparse
 import os
 import sys
 
-from inferencegym_jax.cli import bench, env_commands, plot_command, serve_command, training_commands
+from inferencegym_jax.cli import (
+    bench,
+    env_commands,
+    loadtest_command,
+    plot_command,
+    serve_command,
+    training_commands,
+)
 from inferencegym_jax.cli.common import XLA_CPU_FLAGS, one_line_errors, use_xla_cpu_flags
 
 PROG = "inferencegym"
@@ -35,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     training_commands.add_parsers(sub)
     bench.add_parsers(sub)
     plot_command.add_parsers(sub)
+    loadtest_command.add_parsers(sub)
     serve_command.add_parsers(sub)
     return parser
 

@@ -25,7 +25,7 @@ XLA:CPU speed tricks are in `inferencegym_jax.xla_ops`, guarded divisions in `nu
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 import jax.numpy as jnp
 
@@ -55,20 +55,57 @@ __all__ = [
     "IntervalMetrics",
     "OnTime",
     "Queue",
+    "RequestLatency",
     "ServerParams",
     "ServerState",
     "Sequences",
     "initial_state",
     "select_profile",
     "serve_interval",
+    "serve_interval_with_requests",
     "zero_metrics",
 ]
 
 
+class RequestLatency(NamedTuple):
+    """The TTFT distribution of the requests that got their first token in an interval, as a
+    mixture of uniforms: `requests` requests with TTFT uniform on [`low_s`, `high_s`] per component.
+
+    Float32 arrays of one shape, whatever the engine's components are (this engine: (3, A), one
+    component per admitted (class, age) queue bin, `latency.FirstToken`); a consumer flattens them
+    (`inferencegym_jax.loadtest`). Components of 0 requests carry arbitrary bounds.
+
+    Attributes:
+      low_s: [s] lower end of each component's TTFT (>= 0).
+      high_s: [s] upper end (>= low_s; equal for a point mass).
+      requests: [requests] requests in the component (real-valued: expected requests).
+    """
+
+    low_s: jnp.ndarray
+    high_s: jnp.ndarray
+    requests: jnp.ndarray
+
+
+if TYPE_CHECKING:  # the two call shapes; the implementation below is the one module-level function of the name
+
+    @overload
+    def serve_interval(state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams,
+                       *, with_requests: Literal[False] = False) -> tuple[ServerState, IntervalMetrics]: ...
+
+    @overload
+    def serve_interval(state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams,
+                       *, with_requests: Literal[True]) -> tuple[ServerState, IntervalMetrics, RequestLatency]: ...
+
+
 def serve_interval(
-    state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams
-) -> tuple[ServerState, IntervalMetrics]:
-    """Advance the server by one control interval of `params.dt_s` seconds (phases above)."""
+    state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams,
+    *, with_requests: bool = False,
+) -> tuple[ServerState, IntervalMetrics] | tuple[ServerState, IntervalMetrics, RequestLatency]:
+    """Advance the server by one control interval of `params.dt_s` seconds (phases above).
+
+    With `with_requests` (static), also the interval's `RequestLatency`; without it (the env's
+    call) nothing of it is built, so the env's computation is the same program as before.
+    """
     profile = select_profile(params.profiles, config.quant_tier)
     capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
@@ -104,7 +141,19 @@ def serve_interval(
         next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, outcome,
         timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
+    if with_requests:
+        low = jnp.maximum(ttft.centre_s - ttft.half_width_s, 0.0)
+        return next_state, metrics, RequestLatency(low, jnp.maximum(ttft.centre_s + ttft.half_width_s, low),
+                                                   admission.admitted.count)
     return next_state, metrics
+
+
+def serve_interval_with_requests(
+    state: ServerState, arrivals: Arrivals, config: ServingAction, params: ServerParams
+) -> tuple[ServerState, IntervalMetrics, RequestLatency]:
+    """`serve_interval` and the TTFT mixture of the requests whose first token came in the
+    interval (`RequestLatency`), for request-level statistics (`inferencegym_jax.loadtest`)."""
+    return serve_interval(state, arrivals, config, params, with_requests=True)
 
 
 class SloOutcome(NamedTuple):
