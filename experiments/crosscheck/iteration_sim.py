@@ -132,13 +132,21 @@ class ProjectSteps(StepModel):
     ) -> None:
         self.additive = additive
         from inferencegym_jax import perf_model
-        from inferencegym_jax.testing.reference import roofline
 
         prof = perf_model.get_profile(gpu, "llama-3-8b", quant)
+        self._use_profile(prof, flops_scale, bw_scale)
+        self.parity = self._check(perf_model, prof)
+
+    def _use_profile(self, prof: Any, flops_scale: float, bw_scale: float) -> None:
+        """Step times from the JAX `Profile` `prof` as float64 NumPy (the reference roofline), its FLOP
+        rates times `flops_scale` and its bandwidth times `bw_scale` (1.0 unless the refit mode asks)."""
+        from inferencegym_jax import perf_model
+        from inferencegym_jax.testing.reference import roofline
+
         leaves = {k: np.asarray(getattr(prof, k)) for k in prof.__dataclass_fields__}
         # Python-float leaves (float64 arithmetic; the vector fields stay arrays).
         self.p = SimpleNamespace(**{k: (float(v) if v.ndim == 0 else v.astype(np.float64)) for k, v in leaves.items()})
-        self.p.linear_flops *= flops_scale  # 1.0 unless the refit mode (refit_scales) asks
+        self.p.linear_flops *= flops_scale
         self.p.bf16_flops *= flops_scale
         self.p.mem_bw *= bw_scale
         self.forward = roofline.forward_time
@@ -146,7 +154,6 @@ class ProjectSteps(StepModel):
         self.attn = self.p.attn_flops_per_token_context
         self.kv_capacity = float(perf_model.kv_capacity_tokens(prof, 1.0))
         self.request_overhead_s = float(perf_model.REQUEST_OVERHEAD_S)
-        self.parity = self._check(perf_model, prof)
 
     def _check(self, perf_model: Any, prof: Any) -> dict[str, float]:
         """The mixed formula's special cases against the JAX perf_model: max relative difference."""

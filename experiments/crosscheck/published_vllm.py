@@ -43,8 +43,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -70,28 +70,32 @@ A100_40GB_HBM = 40e9  # B
 # The real trace
 
 
-def trace_rows(text: str) -> list[tuple[float, float, float, float, int, int]]:
-    """(start [s, Unix], TTFT, e2e, time_in_model_prefill [s], prompt, output tokens) of every span of an
-    OpenTelemetry traces.json (one JSON document per line), sorted by start."""
-    rows = []
+def spans(text: str) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(span, its attributes by key) of every span of an OpenTelemetry traces.json (one JSON document
+    per line)."""
     for line in text.splitlines():
         if not line.strip():
             continue
         for rs in json.loads(line)["resourceSpans"]:
             for ss in rs["scopeSpans"]:
                 for sp in ss["spans"]:
-                    a = {x["key"]: next(iter(x["value"].values())) for x in sp["attributes"]}
-                    rows.append(
-                        (
-                            int(sp["startTimeUnixNano"]) / 1e9,
-                            a["gen_ai.latency.time_to_first_token"],
-                            a["gen_ai.latency.e2e"],
-                            a["gen_ai.latency.time_in_model_prefill"],
-                            int(a["gen_ai.usage.prompt_tokens"]),
-                            int(a["gen_ai.usage.completion_tokens"]),
-                        )
-                    )
-    return sorted(rows)
+                    yield sp, {x["key"]: next(iter(x["value"].values())) for x in sp["attributes"]}
+
+
+def trace_rows(text: str) -> list[tuple[float, float, float, float, int, int]]:
+    """(start [s, Unix], TTFT, e2e, time_in_model_prefill [s], prompt, output tokens) of every span of an
+    OpenTelemetry traces.json, sorted by start."""
+    return sorted(
+        (
+            int(sp["startTimeUnixNano"]) / 1e9,
+            a["gen_ai.latency.time_to_first_token"],
+            a["gen_ai.latency.e2e"],
+            a["gen_ai.latency.time_in_model_prefill"],
+            int(a["gen_ai.usage.prompt_tokens"]),
+            int(a["gen_ai.usage.completion_tokens"]),
+        )
+        for sp, a in spans(text)
+    )
 
 
 def load_trace(path: Path | None) -> dict[str, np.ndarray]:
@@ -244,7 +248,6 @@ class ProfileSteps(its.ProjectSteps):
         calib_gpu: str | None = None,
     ) -> None:
         from inferencegym_jax import perf_model, profiles
-        from inferencegym_jax.testing.reference import roofline
 
         cal = perf_model.load_calibration()
         if gpu_spec is not None:  # a GPU the package does not list: its constants, a shipped calibration
@@ -256,16 +259,7 @@ class ProfileSteps(its.ProjectSteps):
             if gpu_spec is not None:
                 del profiles.GPUS[gpu]
         self.additive = additive
-        leaves = {k: np.asarray(getattr(prof, k)) for k in prof.__dataclass_fields__}
-        self.p = SimpleNamespace(**{k: (float(v) if v.ndim == 0 else v.astype(np.float64)) for k, v in leaves.items()})
-        self.p.linear_flops *= flops_scale
-        self.p.bf16_flops *= flops_scale
-        self.p.mem_bw *= bw_scale
-        self.forward = roofline.forward_time
-        self.overhead = self.p.step_overhead_s
-        self.attn = self.p.attn_flops_per_token_context
-        self.kv_capacity = float(perf_model.kv_capacity_tokens(prof, 1.0))
-        self.request_overhead_s = float(perf_model.REQUEST_OVERHEAD_S)
+        self._use_profile(prof, flops_scale, bw_scale)
         self.parity = {}
 
 
@@ -349,18 +343,10 @@ def overhead_pairs() -> dict[str, Any]:
     streamed token), vLLM's server-side TTFT (arrival -> first token) and time_in_model_prefill [s], joined
     on the completion id. Same vLLM 0.11.0 deployment family as the trace, CodeLlama-34B-Instruct BF16,
     one GPU, prompts ~2,000-3,000 tokens, streaming."""
-    srv = {}
-    for line in _git_text(f"{OVERHEAD_RUN}/traces.json").splitlines():
-        if not line.strip():
-            continue
-        for rs in json.loads(line)["resourceSpans"]:
-            for ss in rs["scopeSpans"]:
-                for sp in ss["spans"]:
-                    a = {x["key"]: next(iter(x["value"].values())) for x in sp["attributes"]}
-                    srv[a["gen_ai.request.id"]] = (
-                        a["gen_ai.latency.time_to_first_token"],
-                        a["gen_ai.latency.time_in_model_prefill"],
-                    )
+    srv = {
+        a["gen_ai.request.id"]: (a["gen_ai.latency.time_to_first_token"], a["gen_ai.latency.time_in_model_prefill"])
+        for _, a in spans(_git_text(f"{OVERHEAD_RUN}/traces.json"))
+    }
     doc = json.loads(_git_text(f"{OVERHEAD_RUN}/guidellm-results.json"))
     stages = []
     for b in doc["benchmarks"]:
