@@ -22,6 +22,7 @@ the normalised float32 (OBS_SIZE,) vector networks use. The reward is `reward.re
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -241,7 +242,7 @@ class InferenceGymEnv:
         terminated = jnp.zeros((), bool)
         info = {
             "metrics": m,
-            "arrivals": arrivals,
+            "arrivals": dataclasses.replace(arrivals, prompt_strata=None),  # an engine input, not a count
             "applied_action": applied,
             "clipped": clipped,
             "reward_components": components,

@@ -14,23 +14,37 @@ replaced (constant rate, every request in class 1, the point's lengths), the poi
 accounting never changes what is served. The task's client timeout (`server.num_age_buckets`
 intervals in the queue) is kept: only an overloaded server reaches it.
 
-**Episodes.** `episodes` episodes, keys split from `jax.random.key(seed)`, vmapped; each runs
-`warmup` 1-s intervals that are simulated and not measured, then `seconds` measured ones
-(`lax.scan` over intervals). The rate is a traced value: one compilation per static structure
-(point shapes, `seconds`, `warmup`), whatever the rates and knob values. Same seed, same bits.
+**Episodes.** `episodes` episodes, keys split from `jax.random.key(seed)` (all of them first,
+then sliced: episode i has the same key whatever the batching), run `EPISODE_BATCH` at a time
+(vmapped; the episodes are spread evenly over the fewest batches of at most that size, the last
+padded with repeated keys whose results are dropped, so every batch has one shape: one
+compilation). Each episode runs `warmup` 1-s intervals that are simulated and not measured, then
+`seconds` measured ones (`lax.scan` over intervals). The rate is a traced value: one compilation
+per static structure (point shapes, `seconds`, `warmup`, batch size), whatever the rates and knob
+values. Each batch's measured intervals are folded into the row's running sums (`Pooled`), one
+episode at a time and in episode order, while the next batch runs, then dropped: host memory is
+two batches' intervals plus O(grid) floats, whatever `episodes` is. The row does not depend on
+the batch size beyond float32 rounding: every batching folds the same episodes in the same order,
+but XLA compiles each batch shape on its own and may round differently (seen on CPU: 3 vs 2
+episodes a batch differ by 1e-9 relative, 256 vs 4 x 64 not at all; the slow tier tests 1e-6).
+Same seed and batch size, same bits.
 
 **Statistics per row**, over the measured intervals of every episode pooled:
 
 * `requests_per_s`, `output_tokens_per_s`: completions and output tokens per second.
 * `ttft_p50_s`, `ttft_p90_s`, `ttft_p99_s`, `ttft_mean_s` [s]: over the *requests* whose first
   token came in the measured window, not means of per-interval percentiles. The engine returns
-  each interval's TTFT distribution of those requests as a mixture of uniforms
-  (`serving.RequestLatency`: for this engine one component per admitted (class, age) queue bin,
-  `serving.latency.FirstToken`, weighted by the requests admitted). The components of every
-  interval and episode are pooled and the mixture's CDF is inverted exactly on the host
-  (`mixture_quantiles`: the CDF is piecewise linear between the sorted component ends, so each
-  quantile is found by a search in the cumulative table and one linear solve); the mean is the
-  request-weighted mean of the components' midpoints. NaN when no request got a first token.
+  each interval's TTFT distribution of those requests as a mixture (`serving.RequestLatency`):
+  uniform components (the fluid engine: one per admitted (class, age) queue bin,
+  `serving.latency.FirstToken`, weighted by the requests admitted) and shifted exponentials (the
+  mixed engine's fresh arrivals). Every interval's components are streamed into one CDF on a
+  fixed log grid (`request_stats.TtftCdf`: 8,192 points from 0.1 ms to 10^4 s, 0.225 % apart),
+  exact at the grid points for the uniforms, the exponentials cut into 36 uniform pieces (each
+  quantile overstated by at most 0.0103 x the exponential's mean wait); each quantile inverts it
+  with linear interpolation between grid points, so it is within one grid cell (0.225 % in x) of
+  the exact quantile of the pooled uniforms (`request_stats.mixture_quantiles`, which sorts every
+  component; tested). The mean is exact: the request-weighted mean of the components' means.
+  NaN when no request got a first token.
 * `tpot_mean_s` [s/token]: vLLM's per-request TPOT is (e2e - TTFT) / (output - 1), averaged over
   requests. The fluid engine tracks no request's decode, so this is its stand-in: the
   output-token-weighted mean of each interval's `IntervalMetrics.tpot_s` (wall time per token of
@@ -50,7 +64,8 @@ tokens, TTFT and TPOT are the row (its TTFT grows with the queue, up to the clie
 
 The engine-facing part is `_interval` (one interval: traffic, then `serving.serve_interval_with_requests`)
 and `_initial_state`; the rest reads only `IntervalMetrics`' `completed`, `output_tokens`, `tpot_s`
-and the `RequestLatency` components.
+and the `RequestLatency` components. The host-side statistics are `Pooled` and
+`inferencegym_jax.request_stats`.
 """
 
 from __future__ import annotations
@@ -69,6 +84,8 @@ from inferencegym_jax import serving, tasks, validation
 from inferencegym_jax.actions import KNOB_RANGES, KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams
 from inferencegym_jax.profiles import QUANT_TIERS
+from inferencegym_jax.request_stats import TtftCdf
+from inferencegym_jax.serving.types import ENGINES
 from inferencegym_jax.task_config import MAX_TOKENS, LengthConfig, TaskConfig
 from inferencegym_jax.traffic import workload
 
@@ -86,6 +103,8 @@ MAX_SEED = 2**32 - 1  # jax.random.key keeps the low 32 bits of a seed
 PROBE_START_RATE = 1.0  # [req/s] first offered rate of the saturation probe
 SATURATION_OVERLOAD = 1.1  # offered / C_probe of the saturation row (the reference's 1.1 x)
 QUANTILES = (0.5, 0.9, 0.99)
+EPISODE_BATCH = 64  # episodes per jitted call: a batch's intervals on the host (fluid engine, 600 s: 22 MB)
+MAX_EPISODES = 10**5  # episodes per row: 6 x 10^7 measured intervals at 600 s, hours on 2 cores
 
 
 def _default_prompt() -> dict[str, Any]:
@@ -123,6 +142,8 @@ class LoadPoint:
         [1, 1048576] (the task schema's range).
       prompt, output: a task file's length table [tokens] (`task_config.LengthConfig`), e.g.
         {"kind": "lognormal", "median1": 250, "sigma1": 1.0, "low": 8, "high": 4096}.
+      engine: the engine model, "fluid" or "mixed" (`serving.types.ENGINES`); None: the base
+        task's.
     """
 
     gpu: str = "a100-80gb"
@@ -134,6 +155,7 @@ class LoadPoint:
     max_batched_tokens: int = 2048
     prompt: Mapping[str, Any] = dataclasses.field(default_factory=_default_prompt)
     output: Mapping[str, Any] = dataclasses.field(default_factory=_default_output)
+    engine: str | None = None
 
     def __post_init__(self) -> None:
         _choice("gpu", self.gpu, GPUS)
@@ -147,6 +169,8 @@ class LoadPoint:
         _choice("quant_tier", self.quant_tier, QUANT_TIERS)
         _choice("prefill_disagg", self.prefill_disagg, (0, 1))
         _integer_in("max_batched_tokens", self.max_batched_tokens, 1, int(MAX_TOKENS * 8))
+        if self.engine is not None:
+            _choice("engine", self.engine, ENGINES)
         for name in ("prompt", "output"):
             validation.parse(getattr(self, name), LengthConfig, f"{name}.")
             object.__setattr__(self, name, dict(getattr(self, name)))  # a copy: the caller's dict may change
@@ -168,6 +192,8 @@ def point_config(point: LoadPoint, intervals: int) -> TaskConfig:
     raw.update(gpu=point.gpu, max_steps=intervals, active_knobs=list(KNOBS))
     raw["server"].update(dt_s=INTERVAL_S, max_batched_tokens=point.max_batched_tokens,
                          ttft_slo_s=[TTFT_SLO_OUT_OF_REACH_S] * 3, tpot_slo_s=[TPOT_SLO_OUT_OF_REACH_S] * 3)
+    if point.engine is not None:
+        raw["server"]["engine"] = point.engine
     # base_rate: a placeholder in the schema's range; each run sets its own (a traced value).
     raw["workload"] = {"schedule": "constant", "base_rate": PROBE_START_RATE, "class_mix": list(CLASS_MIX),
                        "prompt": dict(point.prompt), "output": dict(point.output)}
@@ -251,86 +277,83 @@ def _episodes(keys: jax.Array, rate: jax.Array, action: ServingAction, params: E
 
 
 def simulate(point: LoadPoint, rate: float, *, seconds: int, warmup: int, episodes: int, seed: int,
-             params: EnvParams | None = None) -> Measured:
-    """The measured intervals of `episodes` episodes at offered `rate` [req/s], as NumPy arrays
-    (leaves (episodes, seconds, ...)); `params` (from `env_params`) saves rebuilding them.
+             params: EnvParams | None = None, batch: int = EPISODE_BATCH) -> Pooled:
+    """The measured intervals of `episodes` episodes at offered `rate` [req/s], pooled (`Pooled`);
+    `params` (from `env_params`) saves rebuilding them. Episodes run `batch` at a time at most
+    (module docstring): host memory is two batches' `Measured` (this engine: 3 x 3 x 16 float32 TTFT
+    parameters per episode-second, 22 MB for 64 episodes of 600 s) plus the O(grid) accumulator.
 
-    Memory: the engine's TTFT components of every measured interval come back, 3 float32 arrays
-    of `RequestLatency`'s shape (this engine: 3 x 16, 576 B per episode-second; 1.4 MB for
-    4 episodes of 600 s)."""
+    Raises:
+      ValueError: `batch` not an integer in [1, MAX_EPISODES].
+    """
+    _integer_in("batch", batch, 1, MAX_EPISODES)
     params = env_params(point, warmup + seconds) if params is None else params
-    keys = jax.random.split(jax.random.key(seed), episodes)
-    out = _episodes(keys, jnp.float32(rate), point.action(), params, warmup=warmup, seconds=seconds)
-    return jax.tree_util.tree_map(np.asarray, out)
+    keys = jax.random.split(jax.random.key(seed), episodes)  # episode i's key whatever the batching
+    batches = -(-episodes // batch)
+    size = -(-episodes // batches)  # the fewest batches of at most `batch`, spread evenly
+    keys = jnp.concatenate([keys, keys[: batches * size - episodes]])  # padding, dropped below
+    rate_, action = jnp.float32(rate), point.action()
+
+    def launch(i: int) -> Measured:  # dispatched asynchronously: the next batch runs while one is folded
+        return _episodes(keys[i * size:(i + 1) * size], rate_, action, params, warmup=warmup, seconds=seconds)
+
+    pooled, pending = Pooled(), launch(0)
+    for i in range(batches):
+        done = pending
+        if i + 1 < batches:
+            pending = launch(i + 1)
+        measured = jax.tree_util.tree_map(np.asarray, done)
+        for e in range(min(size, episodes - i * size)):
+            pooled.add(jax.tree_util.tree_map(lambda leaf, e=e: leaf[e], measured))
+    return pooled
 
 
 # ----------------------------------------------------------------- statistics on the host
 
 
-def mixture_quantiles(low: Any, high: Any, weight: Any, quantiles: Sequence[float]) -> np.ndarray:
-    """Exact quantiles of a mixture of uniforms: component i holds `weight[i]` of the mass, uniform
-    on [low[i], high[i]] (a point mass where high == low). Any equal shapes (flattened).
+class Pooled:
+    """Running sums of measured intervals, the row's statistics (module docstring), float64.
 
-    The CDF F is piecewise linear between the sorted component ends (slope: the summed densities
-    of the components open there; a jump at each point mass). The q-quantile is the smallest x with
-    F(x) >= q W (W the total weight): the first end at which F reaches q W, then one linear solve
-    on the segment before it. Float64 throughout. NaN for each quantile when W = 0.
-
-    Returns float64 (len(quantiles),) [the unit of low and high].
+    Attributes:
+      intervals: [intervals] measured intervals added (episodes x seconds).
+      completed: [requests] finished in them.
+      output_tokens: [tokens] generated in them.
+      tpot_tokens: [s] sum over intervals of tpot_s x output_tokens (TPOT's token-weighted sum).
+      ttft: the pooled TTFT distribution (`request_stats.TtftCdf`: O(grid) floats).
     """
-    lo = np.asarray(low, np.float64).ravel()
-    hi = np.asarray(high, np.float64).ravel()
-    w = np.asarray(weight, np.float64).ravel()
-    keep = w > 0
-    lo, hi, w = lo[keep], np.maximum(hi[keep], lo[keep]), w[keep]
-    total = w.sum()
-    if not total > 0:
-        return np.full(len(quantiles), np.nan)
-    width = hi - lo
-    spread = width > 0
-    density = np.where(spread, w / np.where(spread, width, 1.0), 0.0)
-    ends = np.concatenate([lo, hi])
-    slope_change = np.concatenate([density, -density])
-    jump = np.concatenate([np.where(spread, 0.0, w), np.zeros_like(w)])
-    order = np.argsort(ends, kind="stable")
-    x, slope_change, jump = ends[order], slope_change[order], jump[order]
-    slope_before = np.concatenate([[0.0], np.cumsum(slope_change)[:-1]])  # F's slope on (x[k-1], x[k])
-    rise = slope_before * np.diff(x, prepend=x[0])  # F's increase over (x[k-1], x[k])
-    reached_before = np.cumsum(rise + jump) - jump  # F just below x[k] (left limit)
-    at = reached_before + jump  # F at x[k]
-    out = np.empty(len(quantiles))
-    for j, q in enumerate(quantiles):
-        target = q * total
-        k = min(int(np.searchsorted(at, target, side="left")), len(x) - 1)
-        if k > 0 and reached_before[k] >= target and slope_before[k] > 0:
-            start = reached_before[k] - rise[k]  # F at x[k-1]
-            out[j] = min(max(x[k - 1] + (target - start) / slope_before[k], x[k - 1]), x[k])
-        else:
-            out[j] = x[k]
-    return out
+
+    def __init__(self) -> None:
+        self.intervals = 0
+        self.completed = 0.0
+        self.output_tokens = 0.0
+        self.tpot_tokens = 0.0
+        self.ttft = TtftCdf()
+
+    def add(self, episode: Measured) -> None:
+        """Fold one episode's measured intervals (NumPy leaves (seconds, ...)) into the sums."""
+        tokens = np.asarray(episode.output_tokens, np.float64)
+        self.intervals += tokens.size
+        self.completed += float(np.asarray(episode.completed, np.float64).sum())
+        self.output_tokens += float(tokens.sum())
+        self.tpot_tokens += float((np.asarray(episode.tpot_s, np.float64) * tokens).sum())
+        ft = episode.first_token
+        self.ttft.add_uniform(ft.low_s, ft.high_s, ft.requests)
+        self.ttft.add_shifted_exponential(ft.exp_shift_s, ft.exp_scale_s, ft.exp_requests)
 
 
-def row(rate: float | str, measured: Measured) -> dict[str, float | str]:
-    """One output row (keys `ROW_KEYS`) from the measured intervals of every episode."""
-    completed = np.asarray(measured.completed, np.float64)
-    tokens = np.asarray(measured.output_tokens, np.float64)
-    measured_s = completed.size * INTERVAL_S  # episodes x seconds
-    ft = measured.first_token
-    p50, p90, p99 = mixture_quantiles(ft.low_s, ft.high_s, ft.requests, QUANTILES)
-    w = np.asarray(ft.requests, np.float64)
-    mid = 0.5 * (np.asarray(ft.low_s, np.float64) + np.asarray(ft.high_s, np.float64))
-    first = w.sum()
-    token_sum = tokens.sum()
+def row(rate: float | str, pooled: Pooled) -> dict[str, float | str]:
+    """One output row (keys `ROW_KEYS`) from the pooled measured intervals of every episode."""
+    measured_s = pooled.intervals * INTERVAL_S  # episodes x seconds
+    p50, p90, p99 = pooled.ttft.quantiles(QUANTILES)
     return {
         "rate": rate,
-        "requests_per_s": float(completed.sum() / measured_s),
-        "output_tokens_per_s": float(token_sum / measured_s),
+        "requests_per_s": pooled.completed / measured_s,
+        "output_tokens_per_s": pooled.output_tokens / measured_s,
         "ttft_p50_s": float(p50),
         "ttft_p90_s": float(p90),
         "ttft_p99_s": float(p99),
-        "ttft_mean_s": float((w * mid).sum() / first) if first > 0 else math.nan,
-        "tpot_mean_s": float((np.asarray(measured.tpot_s, np.float64) * tokens).sum() / token_sum)
-        if token_sum > 0 else math.nan,
+        "ttft_mean_s": pooled.ttft.mean(),
+        "tpot_mean_s": pooled.tpot_tokens / pooled.output_tokens if pooled.output_tokens > 0 else math.nan,
     }
 
 
@@ -351,7 +374,7 @@ def check_run(seconds: int, warmup: int, episodes: int, seed: int) -> None:
     """ValueError naming the argument unless each is an integer in its range."""
     _integer_in("seconds", seconds, 1, MAX_INTERVALS)
     _integer_in("warmup", warmup, 0, MAX_INTERVALS - seconds)
-    _integer_in("episodes", episodes, 1, 10**5)
+    _integer_in("episodes", episodes, 1, MAX_EPISODES)
     _integer_in("seed", seed, 0, MAX_SEED)
 
 
@@ -367,9 +390,11 @@ def saturation_probe(run: Any) -> float:
 
 
 def run_loadtest(point: LoadPoint, rates: Sequence[float], *, saturation: bool = False, seconds: int = 600,
-                 warmup: int = 60, episodes: int = 4, seed: int = 0) -> list[dict[str, float | str]]:
+                 warmup: int = 60, episodes: int = 4, seed: int = 0,
+                 batch: int = EPISODE_BATCH) -> list[dict[str, float | str]]:
     """One row per rate (in order), plus a final {"rate": "saturation", ...} row when
-    `saturation`; each row has exactly `ROW_KEYS` (units in the module docstring).
+    `saturation`; each row has exactly `ROW_KEYS` (units in the module docstring). `batch`:
+    episodes per jitted call at most (the rows do not depend on it).
 
     Raises:
       ValueError: a rate that is not a finite number in (0, MAX_RATE], neither rates nor
@@ -382,8 +407,9 @@ def run_loadtest(point: LoadPoint, rates: Sequence[float], *, saturation: bool =
     params = env_params(point, warmup + seconds)
 
     def run(rate: float, label: float | str | None = None) -> dict[str, float | str]:
-        measured = simulate(point, rate, seconds=seconds, warmup=warmup, episodes=episodes, seed=seed, params=params)
-        return row(rate if label is None else label, measured)
+        pooled = simulate(point, rate, seconds=seconds, warmup=warmup, episodes=episodes, seed=seed, params=params,
+                          batch=batch)
+        return row(rate if label is None else label, pooled)
 
     rows = [run(r) for r in rates]
     if saturation:

@@ -156,6 +156,7 @@ def _check_across_leaves(params: Any) -> None:
     validation.check_value("params.server.num_age_buckets", buckets, _spec(ServerConfig, "num_age_buckets"))
     validation.check_value("params.server.slo_accounting", params.server.slo_accounting,
                            _spec(ServerConfig, "slo_accounting"))
+    validation.check_value("params.server.engine", params.server.engine, _spec(ServerConfig, "engine"))
 
 
 def check_params(params: Any) -> None:

@@ -263,6 +263,32 @@ def decode_step_time(
     return (verify + k * draft_token_time(profile, b, c) + profile.step_overhead_s).astype(jnp.float32)
 
 
+def mixed_step_time(
+    profile: Profile, batch_size: ArrayLike, context_len: ArrayLike, spec_length: ArrayLike, chunk_tokens: ArrayLike
+) -> Array:
+    """Seconds for one engine step that decodes `batch_size` sequences of `context_len` tokens and
+    prefills a `chunk_tokens`-token prompt chunk (from the prompt's start) in the same forward pass.
+
+    vLLM V1 schedules the running decodes and up to max_num_batched_tokens of prefill chunks in one
+    iteration: ONE forward over all the tokens, so the weights are read once for both (measured on
+    a real vLLM 0.11 server: a prompt's iteration beside 1-2 decodes took -0.8 +- 0.1 ms and
+    0.0 +- 0.4 ms longer than alone, where a prefill pass plus a decode step would add 6.7 ms;
+    experiments/crosscheck/README.md, "How real vLLM times a mixed iteration"). With spec_length
+    k > 0 the decodes are drafted first and verified with k + 1 tokens each. At chunk_tokens 0 this
+    is `decode_step_time`; at batch_size 0, `prefill_time` of the chunk.
+    """
+    b = jnp.asarray(batch_size, jnp.float32)
+    c = jnp.asarray(context_len, jnp.float32)
+    k = jnp.asarray(spec_length, jnp.float32)
+    chunk = jnp.asarray(chunk_tokens, jnp.float32)
+    verify = b * (k + 1.0)
+    attn = profile.attn_flops_per_token_context * (c * verify + 0.5 * chunk * chunk)  # causal chunk: half
+    lm_head = verify + jnp.where(chunk > 0, 1.0, 0.0)
+    forward = forward_time(profile, verify + chunk, b * c + chunk, attn, lm_head)
+    draft = jnp.where(b > 0, k * draft_token_time(profile, b, c), 0.0)
+    return (forward + draft + profile.step_overhead_s).astype(jnp.float32)
+
+
 def prefill_time(
     profile: Profile,
     num_tokens: ArrayLike,

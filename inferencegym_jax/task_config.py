@@ -21,7 +21,7 @@ from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
 from inferencegym_jax.reward import KINDS as REWARD_KINDS
-from inferencegym_jax.serving.types import SLO_ACCOUNTINGS
+from inferencegym_jax.serving.types import ENGINES, SLO_ACCOUNTINGS
 from inferencegym_jax.traffic.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 
@@ -92,6 +92,9 @@ class ServerConfig:
     kv_watermark: float = number("", 0, 0.5, "fraction of KV blocks kept free at admission")
     restart_s: float = number("s", 0, HOUR_S, "engine restart after a weight change or an out-of-memory")
     prefill_start_s: float = number("s", 0, HOUR_S, "start of a prefill engine on a second GPU after its weight load")
+    engine: str | None = choice(ENGINES, "the engine model: fluid (one prefill pass, then decode; v0/v1 tasks, the "
+                                         "default) or mixed (chunked prefill in the decode iterations, "
+                                         "inferencegym_jax.serving.mixed)", optional=True)
 
 
 @dataclasses.dataclass(frozen=True)

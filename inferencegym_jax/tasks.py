@@ -191,6 +191,7 @@ def build_params(cfg: TaskConfig) -> EnvParams:
         prefill_start_s=f32(s.prefill_start_s),
         num_age_buckets=s.num_age_buckets,
         slo_accounting=s.slo_accounting,
+        engine=s.engine or "fluid",
     )
     wl = _workload(cfg.workload)
     _, mean_output = workload.mean_lengths(wl)

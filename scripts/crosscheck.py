@@ -1,16 +1,21 @@
 """End-to-end cross-check against NVIDIA AISimulate / AIConfigurator (issue 41): writes docs/crosscheck.json
-and docs/CROSSCHECK.md.
+and docs/CROSSCHECK.md (the fluid engine), or docs/crosscheck_mixed.json and docs/CROSSCHECK_MIXED.md
+(`--engine mixed`).
 
-    python scripts/crosscheck.py              # every point of the stored reference; rewrites both files
-    python scripts/crosscheck.py --quick      # one point, short runs; writes $TMPDIR/crosscheck_quick.{json,md}
-    python scripts/crosscheck.py --render     # rewrites docs/CROSSCHECK.md from docs/crosscheck.json only
+    python scripts/crosscheck.py                  # every point of the stored reference; rewrites both files
+    python scripts/crosscheck.py --engine mixed   # the same for the mixed engine, its own two files
+    python scripts/crosscheck.py --quick          # one point, short runs; writes $TMPDIR/crosscheck_quick.{json,md}
+    python scripts/crosscheck.py --render         # rewrites docs/CROSSCHECK.md from docs/crosscheck.json only
+                                                  # (--engine mixed: CROSSCHECK_MIXED.md from crosscheck_mixed.json)
 
 The reference side is stored (experiments/crosscheck/reference.json, written by
 experiments/crosscheck/reference.py in the `crosscheck` venv); nothing here runs it. The project side is
 `inferencegym_jax.loadtest.run_loadtest` at each reference point's load rows (the reference's exact offered
 `rate`s) plus a saturation row; the static side is `perf_model.prefill_time` / `decode_step_time` against
-the reference's AIConfigurator step-time tables. Errors are project / reference - 1. Everything the
-document says comes from the JSON (`render`), so tests/test_crosscheck.py can check it is not stale.
+the reference's AIConfigurator step-time tables. Errors are project / reference - 1. Like for like, the
+same project rows are also compared with the exact per-iteration scheduler run with the project's own kernels
+(--exact, experiments/crosscheck/iteration_sim.json, mode "project"; stored, nothing here runs it). Everything
+the document says comes from the JSON (`render`), so tests/test_crosscheck.py can check it is not stale.
 """
 
 from __future__ import annotations
@@ -26,12 +31,20 @@ from typing import Any
 
 from inferencegym_jax.files import atomic_write_json, atomic_write_text
 from inferencegym_jax.generate import crosscheck
-from inferencegym_jax.generate.crosscheck.compare import DEFAULT_EPISODES, DEFAULT_SECONDS, DEFAULT_SEED, DEFAULT_WARMUP
+from inferencegym_jax.generate.crosscheck.compare import (
+    DEFAULT_ENGINE,
+    DEFAULT_EPISODES,
+    DEFAULT_SECONDS,
+    DEFAULT_SEED,
+    DEFAULT_WARMUP,
+    ENGINES,
+    PAGES,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "experiments" / "crosscheck" / "reference.json"
-OUT_JSON = ROOT / "docs" / "crosscheck.json"
-OUT_MD = ROOT / "docs" / "CROSSCHECK.md"
+EXACT = ROOT / "experiments" / "crosscheck" / "iteration_sim.json"
+DOCS = ROOT / "docs"
 # --quick: a smoke run of one point
 QUICK = {"seconds": 120, "warmup": 20, "episodes": 2}
 
@@ -45,9 +58,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, help=f"warm-up seconds dropped (default {DEFAULT_WARMUP})")
     parser.add_argument("--episodes", type=int, help=f"episodes per rate (default {DEFAULT_EPISODES})")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--engine", default=DEFAULT_ENGINE, help=f"engine model, one of {list(ENGINES)} "
+                        f"(default {DEFAULT_ENGINE})")
     parser.add_argument("--reference", type=pathlib.Path, default=REFERENCE)
-    parser.add_argument("--json", type=pathlib.Path, help="output JSON (default docs/crosscheck.json; "
-                        "$TMPDIR/crosscheck_quick.json for --quick or --points)")
+    parser.add_argument("--exact", type=pathlib.Path, default=EXACT,
+                        help="the exact scheduler's rows for the like-for-like table (iteration_sim.json)")
+    parser.add_argument("--json", type=pathlib.Path, help="output JSON (default docs/crosscheck.json, "
+                        "docs/crosscheck_mixed.json for --engine mixed; $TMPDIR/crosscheck_quick[_mixed].json "
+                        "for --quick or --points)")
     parser.add_argument("--md", type=pathlib.Path, help="output markdown (beside --json's default likewise)")
     return parser.parse_args(argv)
 
@@ -60,22 +78,31 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
     for key, low in (("seconds", 1), ("warmup", 0), ("episodes", 1)):
         if s[key] < low:
             raise ValueError(f"--{key} {s[key]} is out of range (>= {low})")
-    return {**s, "seed": args.seed}
+    return {**s, "seed": args.seed, "engine": crosscheck.check_engine(args.engine)}
 
 
 def output_paths(args: argparse.Namespace) -> tuple[pathlib.Path, pathlib.Path]:
-    """Where to write: docs/ for a full run or --render, the temp folder for a partial run."""
+    """Where to write: docs/ (the engine's `PAGES`) for a full run or --render, the temp folder for a partial run."""
+    engine = crosscheck.check_engine(args.engine)
     partial = (args.quick or args.points) and not args.render
+    suffix = "" if engine == DEFAULT_ENGINE else f"_{engine}"
     folder = pathlib.Path(tempfile.gettempdir())
-    default_json = folder / "crosscheck_quick.json" if partial else OUT_JSON
-    default_md = folder / "crosscheck_quick.md" if partial else OUT_MD
+    json_name, md_name = PAGES[engine]
+    default_json = folder / f"crosscheck_quick{suffix}.json" if partial else DOCS / json_name
+    default_md = folder / f"crosscheck_quick{suffix}.md" if partial else DOCS / md_name
     return args.json or default_json, args.md or default_md
+
+
+def label_of(path: pathlib.Path) -> str:
+    """A path as the document names it: relative to the repository when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    out_json, out_md = output_paths(args)
     try:
+        out_json, out_md = output_paths(args)
         if args.render:
             if not out_json.is_file():
                 raise ValueError(f"--json {out_json} does not exist (run scripts/crosscheck.py first)")
@@ -87,9 +114,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         names = args.points or ([crosscheck.point_name(ref["points"][0])] if args.quick else None)
         points = crosscheck.select_points(ref, names)
         command = "python scripts/crosscheck.py" + "".join(f" {shlex.quote(a)}" for a in (argv or sys.argv[1:]))
-        reference = args.reference.resolve()
-        label = str(reference.relative_to(ROOT) if reference.is_relative_to(ROOT) else reference)
-        doc = crosscheck.build(ref, reference, label, points, settings, command)
+        exact = (crosscheck.load_exact(args.exact), args.exact.resolve(), label_of(args.exact))
+        doc = crosscheck.build(ref, args.reference.resolve(), label_of(args.reference), points, settings, command,
+                               exact)
     except ValueError as e:  # ours, or run_loadtest's (a setting out of its range, named)
         sys.exit(f"crosscheck: {e}")
     atomic_write_json(out_json, doc)

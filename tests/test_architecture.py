@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGE = "inferencegym_jax"
 CODE = re.compile(r"`([^`]+)`")
-PHASE_TESTS = ("test_serving.py", "test_goodput.py")
+PHASE_TESTS = ("test_serving.py", "test_goodput.py", "test_mixed_engine.py")
 
 
 # ---------------------------------------------------------------- the doc's tables
@@ -325,7 +325,7 @@ def test_the_phase_check_sees_an_unlisted_an_unknown_and_an_untested_phase():
 
 def test_the_data_flow_check_sees_two_phases_swapped():
     source = (ROOT / PACKAGE / "serving" / "__init__.py").read_text()
-    swapped = data_flow_phases(doctored("`enqueue`, `admission_limits`,", "`admission_limits`, `enqueue`,"))
+    swapped = data_flow_phases(doctored("`enqueue`, `mixed_admission_limits`,", "`mixed_admission_limits`, `enqueue`,"))
     assert swapped != serve_interval_order(source) and sorted(swapped) == sorted(serve_interval_order(source))
 
 

@@ -1,7 +1,9 @@
 """`inferencegym_jax.loadtest` and `inferencegym loadtest`: the rows, their physics, the pooled
-request-level percentiles, determinism, one compilation for every rate, and the command line.
+request-level percentiles (`inferencegym_jax.request_stats`: the grid CDF against the exact
+quantiles), determinism, batching, one compilation for every rate, and the command line.
 
-Every simulation here uses one run shape (RUN), so the module compiles the load test once.
+Every simulation here uses one run shape (RUN) and batches of 4, so the module compiles the load
+test once (the slow tier once more, for batches of 2).
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy import optimize
 
-from inferencegym_jax import loadtest, perf_model
+from inferencegym_jax import loadtest, perf_model, request_stats
 from inferencegym_jax.cli import main
-from inferencegym_jax.cli.loadtest_command import GPU_CHOICES
-from inferencegym_jax.loadtest import ROW_KEYS, LoadPoint, mixture_quantiles, run_loadtest
+from inferencegym_jax.cli.loadtest_command import ENGINE_CHOICES, GPU_CHOICES
+from inferencegym_jax.loadtest import ROW_KEYS, LoadPoint, run_loadtest
+from inferencegym_jax.request_stats import GRID_RATIO, TtftCdf, mixture_quantiles
+from inferencegym_jax.serving.mixed import MEASURED_REQUEST_OVERHEAD_S
+from inferencegym_jax.serving.types import ENGINES
 
 RUN = {"seconds": 120, "warmup": 20, "episodes": 4}  # 480 measured seconds per row
 LOW, HIGH = 2.0, 12.0  # [req/s] offered: ~13 % and ~80 % of A100 cap 64's 512/128 capacity (~14.4)
@@ -58,6 +64,20 @@ def test_low_load_serves_what_arrives_and_waits_one_prefill(rows):
     assert alone <= low["ttft_mean_s"] <= alone + step
 
 
+def test_the_mixed_engine_at_low_load_waits_one_iteration_then_its_own():
+    """The mixed engine (`serving.mixed`): a lone 512-token prompt rides one iteration beside the
+    decodes (at least a lone prefill pass of it) after the iteration in flight (at most a decode
+    step of the full cap beside such a chunk), plus the measured per-request overhead; completions
+    keep up with arrivals below capacity, and the tail grows with load."""
+    low, high = run_loadtest(LoadPoint(engine="mixed"), [LOW, HIGH], seed=0, **RUN)
+    profile = perf_model.get_profile("a100-80gb", "llama-3-8b", "fp16", "eagle")
+    alone = float(perf_model.prefill_time(profile, 512)) + MEASURED_REQUEST_OVERHEAD_S
+    worst = 2.0 * float(perf_model.mixed_step_time(profile, 64, 640, 0, 512))
+    assert alone <= low["ttft_p50_s"] <= low["ttft_mean_s"] <= MEASURED_REQUEST_OVERHEAD_S + worst
+    assert abs(high["requests_per_s"] / HIGH - 1.0) < 0.05
+    assert low["ttft_p50_s"] <= low["ttft_p90_s"] <= low["ttft_p99_s"] < high["ttft_p99_s"]
+
+
 def test_percentiles_are_ordered_and_load_shows(rows):
     low, high, sat = rows
     for r in rows:
@@ -86,8 +106,127 @@ def test_mixture_quantiles_match_a_large_sample():
     assert np.isnan(mixture_quantiles(low, high, np.zeros(5), (0.5,))).all()
 
 
-def test_the_gpu_choices_are_the_libraries():
+CELL = GRID_RATIO - 1.0  # a grid cell's width relative to its lower point (0.225 %)
+
+
+def random_uniforms(rng, n):
+    """n uniform components like an engine's: log-normal starts around 60 ms, widths from 0 (point
+    masses) to ~0.1 s, some far out (2e3 s), a fifth of weight 0."""
+    low = rng.lognormal(np.log(0.06), 1.0, n)
+    low[:5] = 2e3 + rng.random(5)
+    high = low + rng.exponential(0.03, n) * (rng.random(n) > 0.2)
+    high[5:10] = low[5:10] * (1 + 1e-9)  # narrower than a cell, some straddling a grid point
+    return low, high, rng.exponential(1.0, n) * (rng.random(n) > 0.2)
+
+
+def test_the_grid_cdf_matches_the_exact_quantiles_of_uniform_mixtures():
+    """The grid CDF is exact at the grid points, so each quantile is within one cell (CELL of the
+    quantile) of the exact one; the mean is exact. Fed in three calls, as episodes are."""
+    rng = np.random.default_rng(0)
+    qs = (0.001, 0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 1.0)
+    for _ in range(4):
+        low, high, w = random_uniforms(rng, 3000)
+        acc = TtftCdf()
+        for part in np.array_split(np.arange(3000), 3):
+            acc.add_uniform(low[part], high[part], w[part])
+        exact = mixture_quantiles(low, high, w, qs)
+        assert np.all(np.abs(acc.quantiles(qs) - exact) <= CELL * exact + 1e-12), (acc.quantiles(qs), exact)
+        assert acc.mean() == pytest.approx((w * (low + high)).sum() / 2 / w.sum(), rel=1e-12)
+    empty = TtftCdf()
+    empty.add_uniform([0.1], [0.2], [0.0])
+    assert np.isnan(empty.quantiles((0.5,))).all() and np.isnan(empty.mean())
+    acc = TtftCdf()
+    acc.add_uniform([0.0, 0.05], [2.0, 0.05], [1.0, 0.0])
+    assert np.allclose(acc.quantiles((0.25, 0.5)), [0.5, 1.0], rtol=CELL)
+    with pytest.raises(ValueError, match="uniform TTFT components: .* NaN or infinite"):
+        acc.add_uniform([np.nan, 0.1], [0.2, 0.2], [1.0, 1.0])
+    beyond = TtftCdf()  # past the grid's top: linear from GRID_HIGH_S to the largest TTFT seen
+    beyond.add_uniform([0.1, 2e4], [0.1, 3e4], [1.0, 1.0])
+    assert np.allclose(beyond.quantiles((0.5, 0.75, 1.0)), [0.1, (1e4 + 3e4) / 2, 3e4], rtol=CELL)
+
+
+def exact_shexp_quantile(shift, scale, weight, q):
+    """The q-quantile of a mixture of shifted exponentials, by root finding on its exact CDF."""
+    def cdf(x):
+        return (weight * -np.expm1(-np.maximum(x - shift, 0.0) / scale)).sum() / weight.sum() - q
+    return optimize.brentq(cdf, 0.0, 1e3, xtol=1e-15, rtol=1e-15)
+
+
+def test_exponential_pieces_overstate_quantiles_by_at_most_the_stated_error():
+    """One exponential (shift 0, mean 1 s): over 400 quantiles in (0, 0.9999) the grid's quantile
+    exceeds the exact one by at most EXP_QUANTILE_ERROR x the mean (plus a grid cell), and the
+    bound is reached; a random mixture of five with uniforms beside them: within the same bound
+    (the largest scale), every quantile; the mean exact."""
+    acc = TtftCdf()
+    acc.add_shifted_exponential([0.0], [1.0], [3.0])
+    acc.add_shifted_exponential([0.5], [1.0], [0.0])  # weight 0: ignored
+    qs = np.linspace(0.0, 0.9999, 401)[1:]
+    exact = -np.log1p(-qs)
+    over = acc.quantiles(qs) - exact
+    bound = request_stats.EXP_QUANTILE_ERROR
+    assert np.all(over >= -CELL * exact) and np.all(over <= bound + CELL * exact), over
+    assert over.max() > 0.9 * bound
+    assert acc.mean() == pytest.approx(1.0, rel=1e-12)
+    rng = np.random.default_rng(1)
+    shift, scale, weight = rng.uniform(0.02, 0.3, 5), rng.uniform(0.005, 0.2, 5), rng.uniform(0.1, 2.0, 5)
+    mixed = TtftCdf()
+    with pytest.raises(ValueError, match="shifted-exponential TTFT components"):
+        mixed.add_shifted_exponential([0.1], [np.inf], [1.0])
+    mixed.add_shifted_exponential(shift, scale, weight)
+    for q, got in zip((0.01, 0.5, 0.9, 0.99, 0.999), mixed.quantiles((0.01, 0.5, 0.9, 0.99, 0.999))):
+        want = exact_shexp_quantile(shift, scale, weight, q)
+        assert -CELL * want <= got - want <= bound * scale.max() + CELL * want, (q, got, want)
+    assert mixed.mean() == pytest.approx((weight * (shift + scale)).sum() / weight.sum(), rel=1e-12)
+
+
+def test_the_accumulator_holds_o_grid_floats_whatever_it_is_fed():
+    """Three accumulators of GRID_POINTS + 2 float64 and three scalars, after 1 and after 50 folds
+    of 3,000 components each."""
+    rng = np.random.default_rng(2)
+    acc = TtftCdf()
+
+    def footprint():
+        arrays = [v for v in vars(acc).values() if isinstance(v, np.ndarray)]
+        scalars = [v for v in vars(acc).values() if not isinstance(v, np.ndarray)]
+        assert all(isinstance(v, float) for v in scalars) and len(scalars) == 3
+        return sum(a.size for a in arrays)
+
+    acc.add_uniform(*random_uniforms(rng, 3000))
+    once = footprint()
+    for _ in range(49):
+        acc.add_uniform(*random_uniforms(rng, 3000))
+        acc.add_shifted_exponential(rng.uniform(0.02, 0.3, 100), rng.uniform(0.01, 0.1, 100), rng.random(100))
+    assert footprint() == once == 3 * (request_stats.GRID_POINTS + 2)
+
+
+def test_batches_fold_every_episode_once_in_order_whatever_the_batching(monkeypatch):
+    """Every episode's key is split first, then batches are sliced: 4 episodes in one batch, 7 in
+    two (the second padded with a repeated key, its episode dropped) and 8 in two fold bit for
+    bit the same episodes, in order (all batches of 4: one compilation, that of `rows`)."""
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+    add = loadtest.Pooled.add
+    monkeypatch.setattr(loadtest.Pooled, "add",
+                        lambda self, ep: (seen.append((ep.completed, ep.first_token.requests)), add(self, ep)))
+    pooled = {n: loadtest.simulate(LoadPoint(), HIGH, seed=0, batch=4, **{**RUN, "episodes": n}) for n in (4, 7, 8)}
+    assert [p.intervals for p in pooled.values()] == [n * RUN["seconds"] for n in (4, 7, 8)] and len(seen) == 19
+    four, seven, eight = seen[:4], seen[4:11], seen[11:]
+    same = [np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(seven, eight)]
+    assert same == [True] * 7 and all(np.array_equal(a[1], b[1]) for a, b in zip(four, eight))
+    assert not np.array_equal(eight[6][1], eight[7][1])  # episodes differ: the equalities above mean something
+
+
+@pytest.mark.slow
+def test_rows_do_not_depend_on_the_batch_size(rows):
+    """4 episodes in two batches of 2 give rows[0] (one batch of 4) up to float32 rounding: XLA
+    compiles each batch shape on its own (another key per episode would move them by percents).
+    Slow tier: a second compilation (~5 s)."""
+    two = run_loadtest(LoadPoint(), [LOW], seed=0, batch=2, **RUN)[0]
+    assert all(two[k] == pytest.approx(rows[0][k], rel=1e-6) for k in ROW_KEYS[1:]), (two, rows[0])
+
+
+def test_the_gpu_and_engine_choices_are_the_libraries():
     assert GPU_CHOICES == loadtest.GPUS
+    assert ENGINE_CHOICES == ENGINES
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
@@ -97,6 +236,7 @@ def test_the_gpu_choices_are_the_libraries():
     ({"spec_length": 9}, "spec_length=9"),
     ({"quant_tier": "fp8"}, "quant_tier='fp8'"),
     ({"prefill_disagg": 2}, "prefill_disagg=2"),
+    ({"engine": "exact"}, "engine='exact': must be one of ['fluid', 'mixed']"),
     ({"prompt": {"kind": "zipf", "low": 1, "high": 2}}, "prompt.kind='zipf'"),
     ({"output": {"kind": "lognormal", "low": 1, "high": 2}}, "'output.median1' is missing"),
 ])
@@ -145,10 +285,10 @@ def test_the_installed_command_writes_the_rows(tmp_path):
     command = Path(sys.executable).parent / "inferencegym"
     argv = [str(command), "loadtest", "--rate", "3", "--seconds", "30", "--warmup", "5", "--episodes", "2",
             "--prompt", '{"kind": "lognormal", "median1": 250, "sigma1": 1.0, "low": 8, "high": 4096}',
-            "--json", str(out)]
+            "--engine", "mixed", "--json", str(out)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "TTFT p99 ms" in proc.stdout and f"wrote {out}" in proc.stdout
     (row,) = json.loads(out.read_text())
     assert list(row) == list(ROW_KEYS) and row["rate"] == 3.0
-    assert 0.05 < row["ttft_p50_s"] < row["ttft_p99_s"] < 1.0 and 2.0 < row["requests_per_s"] < 4.0
+    assert 0.02 < row["ttft_p50_s"] < row["ttft_p99_s"] < 1.0 and 2.0 < row["requests_per_s"] < 4.0

@@ -13,6 +13,7 @@ of the reference that differs from the simulator's fails here.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import inspect
 import pkgutil
@@ -109,7 +110,7 @@ def jax_rollout(env_id: str):
             flat = jax.vmap(env.flatten_observation, in_axes=(0, None))(obs, params)
             out = dict(state=state, actions=actions, draws=draws, u_reset=u_reset, obs=obs, next_state=next_state,
                        reward=reward, terminated=terminated, truncated=truncated, info=info, flat_obs=flat,
-                       arrivals_from_draws=arrivals, reset_workload=fresh)
+                       arrivals_from_draws=dataclasses.replace(arrivals, prompt_strata=None), reset_workload=fresh)
             return next_state, out
 
         return jax.lax.scan(body, state, jax.random.split(k_steps, NUM_STEPS))[1]

@@ -25,10 +25,12 @@ from inferencegym_jax.profiles import QUANT_TIERS
 # loadtest.GPUS, written out here so that building the parser imports no JAX
 # (tests/test_loadtest.py checks that they agree).
 GPU_CHOICES = ("a100-80gb", "h100-sxm")
+ENGINE_CHOICES = ("fluid", "mixed")  # serving.types.ENGINES, likewise
 # The flag of each LoadPoint field (for the messages of its checks).
 FIELD_FLAGS = {"gpu": "--gpu", "batch_size": "--batch-size", "kv_budget": "--kv-budget",
                "spec_length": "--spec-length", "quant_tier": "--quant-tier", "prefill_disagg": "--prefill-disagg",
-               "max_batched_tokens": "--max-batched-tokens", "prompt": "--prompt", "output": "--output"}
+               "max_batched_tokens": "--max-batched-tokens", "prompt": "--prompt", "output": "--output",
+               "engine": "--engine"}
 EXAMPLE_TABLE = """'{"kind": "uniform", "low": 512, "high": 512}'"""
 
 
@@ -126,6 +128,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="prompt lengths: a task file's length table as JSON")
     p.add_argument("--output", type=length_table, default={"kind": "uniform", "low": 128, "high": 128},
                    help="output lengths: a task file's length table as JSON")
+    p.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
+                   help="the engine model (default: the base task's; docs/GUIDE.md, Fidelity)")
     p.add_argument("--rate", type=float, nargs="+", default=None, help="offered Poisson rates [req/s]")
     p.add_argument("--saturation", action="store_true", help="add the saturation row (inferencegym_jax.loadtest)")
     p.add_argument("--seconds", type=positive_int, default=600, help="measured seconds per episode")

@@ -20,11 +20,19 @@ the module of its concept:
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
   goodput.*                 the running requests still meeting both SLOs ("completion" accounting)
 
+With `ServerParams.engine == "mixed"` (`serving.mixed`: prompt chunks in the decode iterations,
+one forward each; fresh arrivals' TTFT from the iteration chain) four phases are replaced:
+admission_limits by mixed.mixed_admission_limits, prefill by mixed.mixed_prefill, decode by
+mixed.mixed_decode, and after time_to_first_token (kept for the older bins) come
+mixed.mixed_first_token, goodput.admit_share_on_time and latency.shared_latency_statistics with
+each bin's share of late requests. The fluid engine ("fluid", every v0/v1 task) is unchanged.
+
 XLA:CPU speed tricks are in `inferencegym_jax.xla_ops`, guarded divisions in `numerics`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 import jax.numpy as jnp
@@ -34,8 +42,22 @@ from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.admission import admission_limits, admit, age_queue, enqueue, prefill
 from inferencegym_jax.serving.engine import Decode, Engine, Memory, check_memory, decode, preempt_to_fit, reconfigure
-from inferencegym_jax.serving.goodput import admit_on_time, decode_on_time, kept_share
-from inferencegym_jax.serving.latency import Latency, latency_statistics, time_to_first_token
+from inferencegym_jax.serving.goodput import admit_on_time, admit_share_on_time, decode_on_time, kept_share
+from inferencegym_jax.serving.latency import (
+    FirstToken,
+    Latency,
+    latency_statistics,
+    shared_latency_statistics,
+    time_to_first_token,
+)
+from inferencegym_jax.serving.mixed import (
+    MEASURED_REQUEST_OVERHEAD_S,
+    FreshTTFT,
+    mixed_admission_limits,
+    mixed_decode,
+    mixed_first_token,
+    mixed_prefill,
+)
 from inferencegym_jax.serving.types import (
     SLO_ACCOUNTINGS,
     IntervalMetrics,
@@ -68,22 +90,32 @@ __all__ = [
 
 
 class RequestLatency(NamedTuple):
-    """The TTFT distribution of the requests that got their first token in an interval, as a
-    mixture of uniforms: `requests` requests with TTFT uniform on [`low_s`, `high_s`] per component.
+    """The TTFT distribution of the requests that got their first token in an interval: a mixture
+    of uniform components (`requests` requests with TTFT uniform on [`low_s`, `high_s`]) and
+    shifted-exponential ones (`exp_requests` requests with TTFT `exp_shift_s` + Exp(mean
+    `exp_scale_s`)).
 
-    Float32 arrays of one shape, whatever the engine's components are (this engine: (3, A), one
-    component per admitted (class, age) queue bin, `latency.FirstToken`); a consumer flattens them
-    (`inferencegym_jax.loadtest`). Components of 0 requests carry arbitrary bounds.
+    Float32 arrays, one shape per kind, whatever the engine's components are: the fluid engine's
+    uniforms are (3, A), one per admitted (class, age) queue bin (`latency.FirstToken`), and it has
+    no exponential part (shape (1,), 0 requests); the mixed engine's exponentials are its fresh
+    arrivals per (class, length node) (`serving.mixed`). A consumer flattens them
+    (`inferencegym_jax.loadtest`). Components of 0 requests carry arbitrary parameters.
 
     Attributes:
-      low_s: [s] lower end of each component's TTFT (>= 0).
+      low_s: [s] lower end of each uniform component's TTFT (>= 0).
       high_s: [s] upper end (>= low_s; equal for a point mass).
-      requests: [requests] requests in the component (real-valued: expected requests).
+      requests: [requests] requests in the uniform component (real-valued: expected requests).
+      exp_shift_s: [s] the exponential components' smallest TTFT (>= 0).
+      exp_scale_s: [s] their mean TTFT above the shift (> 0).
+      exp_requests: [requests] requests in each exponential component.
     """
 
     low_s: jnp.ndarray
     high_s: jnp.ndarray
     requests: jnp.ndarray
+    exp_shift_s: jnp.ndarray
+    exp_scale_s: jnp.ndarray
+    exp_requests: jnp.ndarray
 
 
 if TYPE_CHECKING:  # the two call shapes; the implementation below is the one module-level function of the name
@@ -106,30 +138,52 @@ def serve_interval(
     With `with_requests` (static), also the interval's `RequestLatency`; without it (the env's
     call) nothing of it is built, so the env's computation is the same program as before.
     """
+    mixed = params.engine == "mixed"
     profile = select_profile(params.profiles, config.quant_tier)
+    if mixed:
+        profile = dataclasses.replace(profile, request_overhead_s=jnp.float32(MEASURED_REQUEST_OVERHEAD_S))
     capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     before_shrink = running
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
     on_time = state.on_time.scaled(kept_share(state.running, before_shrink) * kept_share(before_shrink, running))
     queue = enqueue(state.queue, arrivals)
-    limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
+    if mixed:
+        limits, it, law = mixed_admission_limits(running, preempted, queue, arrivals, engine, capacity, config,
+                                                 profile, params)
+    else:
+        limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
     admission, preempted = admit(queue, preempted, limits)
-    pass_ = prefill(admission, engine, limits, profile)
+    pass_ = mixed_prefill(admission, engine, it, law) if mixed else prefill(admission, engine, limits, profile)
     ttft = time_to_first_token(queue, admission, pass_, engine, limits, profile, params.dt_s)
+    if mixed:
+        fresh, ttft_late, binned = mixed_first_token(ttft, admission, law, it, engine, profile, params)
+        on_time = admit_share_on_time(on_time, admission.admitted, admission.readmitted, 1.0 - ttft_late)
+    else:
+        on_time = admit_on_time(on_time, admission.admitted, admission.readmitted, ttft, params)
+        binned = ttft
     re = admission.readmitted
-    running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
-                        running.remaining + re.remaining + pass_.new_output)
-    on_time = admit_on_time(on_time, admission.admitted, re, ttft, params)
-    before_decode = running
-    running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    if mixed:
+        new = Sequences(re.seqs + pass_.new_requests, pass_.tokens, re.remaining + pass_.new_output)
+        before_decode = running + new
+        running, produced = mixed_decode(running, new, jnp.sum(admission.admitted.count[:, 0]), pass_.decode_s,
+                                         it.step_s, limits.tokens_per_step, config, profile, params.dt_s)
+    else:
+        before_decode = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
+                                  running.remaining + re.remaining + pass_.new_output)
+        running, produced = decode(before_decode, pass_.decode_s, limits.tokens_per_step, config, profile,
+                                   params.dt_s)
     on_time, good = decode_on_time(on_time, before_decode, running, produced.tpot_s, params)
     before_overflow = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
     on_time = on_time.scaled(kept_share(before_overflow, running))
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
-    latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    if mixed:
+        late = jnp.where((produced.tpot_s > params.tpot_slo_s)[:, None], 1.0, ttft_late)
+        latency = shared_latency_statistics(admission.admitted, waiting, binned, late, params)
+    else:
+        latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
     if params.slo_accounting == "admission":
         on_time = state.on_time  # not tracked: zeros
         outcome = SloOutcome(pass_.new_requests, latency.late, latency.good_tokens)
@@ -141,11 +195,23 @@ def serve_interval(
         next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, outcome,
         timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
-    if with_requests:
-        low = jnp.maximum(ttft.centre_s - ttft.half_width_s, 0.0)
-        return next_state, metrics, RequestLatency(low, jnp.maximum(ttft.centre_s + ttft.half_width_s, low),
-                                                   admission.admitted.count)
-    return next_state, metrics
+    if not with_requests:
+        return next_state, metrics
+    if mixed:
+        return next_state, metrics, request_latency(ttft, admission.admitted.count, fresh)
+    return next_state, metrics, request_latency(ttft, admission.admitted.count, None)
+
+
+def request_latency(ttft: FirstToken, admitted: jnp.ndarray, fresh: FreshTTFT | None) -> RequestLatency:
+    """The interval's `RequestLatency`: the per-bin uniforms of the `admitted` (3, A) requests, the
+    fresh bin (age 0) as `fresh`'s exponentials when the mixed engine gives them."""
+    low = jnp.maximum(ttft.centre_s - ttft.half_width_s, 0.0)
+    high = jnp.maximum(ttft.centre_s + ttft.half_width_s, low)
+    if fresh is None:
+        none = jnp.zeros((1,), jnp.float32)
+        return RequestLatency(low, high, admitted, none, none + 1.0, none)
+    aged = jnp.where(jnp.arange(admitted.shape[1]) < 1, 0.0, admitted)
+    return RequestLatency(low, high, aged, fresh.shift_s, fresh.scale_s, fresh.requests)
 
 
 def serve_interval_with_requests(

@@ -110,6 +110,22 @@ class Decode(NamedTuple):
     tpot_s: Array
 
 
+def emit(running: Sequences, per_seq_tokens: Array) -> tuple[Sequences, Array, Array]:
+    """Memoryless completions when each sequence of `running` emits `per_seq_tokens` tokens
+    (module docstring). Returns (the pool after, generated [tokens], completed [sequences])."""
+    mean_remaining = jnp.maximum(safe_div(running.remaining, running.seqs), 1.0)
+    done_frac = -jnp.expm1(-per_seq_tokens / mean_remaining)
+    left_frac = jnp.exp(-per_seq_tokens / mean_remaining)  # 1 - done_frac without cancellation
+    generated = running.remaining * done_frac
+    completed = running.seqs * done_frac
+    after = Sequences(
+        seqs=running.seqs * left_frac,
+        context=(running.context + generated) * left_frac,
+        remaining=running.remaining * left_frac,
+    )
+    return after, generated, completed
+
+
 def decode(
     running: Sequences, decode_s: Array, tokens_per_step: Array, config: ServingAction,
     profile: perf_model.Profile, dt: Array,
@@ -123,16 +139,7 @@ def decode(
     context = safe_div(running.context, running.seqs)
     step_s = perf_model.decode_step_time(profile, jnp.maximum(concurrent, 1.0), context, config.spec_length)
     per_seq_tokens = (decode_s / step_s) * tokens_per_step * safe_div(concurrent, running.seqs)
-    mean_remaining = jnp.maximum(safe_div(running.remaining, running.seqs), 1.0)
-    done_frac = -jnp.expm1(-per_seq_tokens / mean_remaining)
-    left_frac = jnp.exp(-per_seq_tokens / mean_remaining)  # 1 - done_frac without cancellation
-    generated = running.remaining * done_frac
-    completed = running.seqs * done_frac
-    after = Sequences(
-        seqs=running.seqs * left_frac,
-        context=(running.context + generated) * left_frac,
-        remaining=running.remaining * left_frac,
-    )
+    after, generated, completed = emit(running, per_seq_tokens)
     tpot = jnp.where(
         after.seqs + completed > EPS,
         jnp.minimum(dt / jnp.maximum(per_seq_tokens, EPS), dt),

@@ -37,12 +37,18 @@ def kept_share(before: Sequences, after: Sequences) -> Array:
 
 def admit_on_time(on_time: OnTime, admitted: Queue, readmitted: Sequences, ttft: FirstToken,
                   params: ServerParams) -> OnTime:
-    """The standing with this interval's admissions: those within their class's TTFT SLO join
-    the good pool, those past it and the readmitted preempted sequences the late one."""
-    in_slo = ttft.centre_s <= params.ttft_slo_s[:, None]
-    seqs, remaining, late = xla_ops.sums((jnp.where(in_slo, admitted.count, 0.0),
-                                          jnp.where(in_slo, admitted.output, 0.0),
-                                          jnp.where(in_slo, 0.0, admitted.count)), axes=(1,))
+    """The standing with this interval's admissions: the bins whose TTFT centre is within their
+    class's TTFT SLO join the good pool, the others and the readmitted preempted sequences the
+    late one (the fluid engine's per-bin outcome)."""
+    in_slo = (ttft.centre_s <= params.ttft_slo_s[:, None]).astype(jnp.float32)
+    return admit_share_on_time(on_time, admitted, readmitted, in_slo)
+
+
+def admit_share_on_time(on_time: OnTime, admitted: Queue, readmitted: Sequences, in_slo: Array) -> OnTime:
+    """`admit_on_time` with the share `in_slo` (3, A) of each bin's admitted requests whose first
+    token came within their class's TTFT SLO."""
+    seqs, remaining, late = xla_ops.sums((in_slo * admitted.count, in_slo * admitted.output,
+                                          (1.0 - in_slo) * admitted.count), axes=(1,))
     return OnTime(on_time.seqs + seqs, on_time.remaining + remaining,
                   on_time.late_seqs + xla_ops.class_sum(late) + readmitted.seqs)
 

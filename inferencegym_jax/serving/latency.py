@@ -80,15 +80,30 @@ class Latency(NamedTuple):
     good_tokens: Array
 
 
+def bin_late_share(ttft: FirstToken, tpot_s: Array, params: ServerParams) -> Array:
+    """The fluid engine's SLO outcome per (class, age) bin, float32 (3, A) of 0 or 1: a bin is late
+    when its TTFT centre is past its class's TTFT SLO or the interval's TPOT past its TPOT SLO."""
+    late = (ttft.centre_s > params.ttft_slo_s[:, None]) | (tpot_s > params.tpot_slo_s[:, None])
+    return late.astype(jnp.float32)
+
+
 def latency_statistics(
     admitted: Queue, waiting: Queue, ttft: FirstToken, tpot_s: Array, params: ServerParams
 ) -> Latency:
-    """Percentiles, SLO ratio, late requests and goodput of the admitted and waiting requests."""
+    """Percentiles, SLO ratio, late requests and goodput of the admitted and waiting requests, a
+    bin late by `bin_late_share`."""
+    return shared_latency_statistics(admitted, waiting, ttft, bin_late_share(ttft, tpot_s, params), params)
+
+
+def shared_latency_statistics(
+    admitted: Queue, waiting: Queue, ttft: FirstToken, late: Array, params: ServerParams
+) -> Latency:
+    """Percentiles, SLO ratio, late requests and goodput of the admitted and waiting requests;
+    `late` (3, A) is the share of each bin's admitted requests that miss an SLO."""
     dt = params.dt_s
     ages = jnp.arange(admitted.count.shape[1], dtype=jnp.float32)
     slo = params.ttft_slo_s[:, None]
     wait_now = (ages + 0.5) * dt  # requests still waiting: a lower bound on their TTFT
-    late = (ttft.centre_s > slo) | (tpot_s > params.tpot_slo_s[:, None])
     adm_n, rest_n = admitted.count, waiting.count
     weight = adm_n + rest_n
     wait_sum = adm_n * ttft.centre_s + rest_n * wait_now  # admitted at their TTFT, waiting at their wait
@@ -96,8 +111,8 @@ def latency_statistics(
     ratio = jnp.minimum(wait_sum, cap * weight) / cap
     late_n, good_o, wait_sum_age, half_sum_age, ratio_age, weight_age = xla_ops.sums(
         (
-            jnp.where(late, adm_n, 0.0),
-            jnp.where(late, 0.0, admitted.output),
+            late * adm_n,
+            (1.0 - late) * admitted.output,
             wait_sum,
             adm_n * ttft.half_width_s + rest_n * 0.5 * dt,
             ratio,

@@ -36,6 +36,10 @@ class ServerParams:
         "completion" (DistServe goodput: a request is good when it meets its TTFT SLO and its
         class's TPOT SLO in every interval it decodes; goodput is the output tokens of such
         requests as they are generated, attainment is counted when requests finish).
+      engine: static str, the engine model (`ENGINES`): "fluid" (the v0/v1 tasks': one prefill
+        pass per interval, then decode; `serving.latency`) or "mixed" (prefill chunks ride in the
+        decode iterations, one forward each, and fresh arrivals' TTFT follows the iteration-length
+        chain; `serving.mixed`).
     """
 
     profiles: perf_model.Profile
@@ -49,9 +53,11 @@ class ServerParams:
     prefill_start_s: Array
     num_age_buckets: int = struct.field(pytree_node=False, default=16)
     slo_accounting: str = struct.field(pytree_node=False, default="admission")
+    engine: str = struct.field(pytree_node=False, default="fluid")
 
 
 SLO_ACCOUNTINGS = ("admission", "completion")
+ENGINES = ("fluid", "mixed")
 
 
 def judged_metric(slo_accounting: str) -> str:

@@ -1,8 +1,11 @@
 """Both sides of the end-to-end cross-check (issue 41): the stored reference (NVIDIA AISimulate and
 AIConfigurator, experiments/crosscheck/reference.json), the project side (`inferencegym_jax.loadtest`)
 at the reference's operating points, the static step times against AIConfigurator's tables, and every
-relative error (project / reference - 1) against the issue's criteria. `build` returns the whole
-document (docs/crosscheck.json); `report.render` writes docs/CROSSCHECK.md from it alone.
+relative error (project / reference - 1) against the issue's criteria; beside them, like for like, the
+errors against the exact per-iteration scheduler run with the project's own kernels
+(experiments/crosscheck/iteration_sim.json, mode "project"). One document per engine model (`ENGINES`,
+the load test's `LoadPoint.engine`): `build` returns it (docs/crosscheck.json for "fluid",
+docs/crosscheck_mixed.json for "mixed", `PAGES`); `report.render` writes its page from it alone.
 """
 
 from __future__ import annotations
@@ -18,8 +21,14 @@ from typing import Any
 
 import numpy as np
 
-SCHEMA = "inferencegym-crosscheck/1"
+SCHEMA = "inferencegym-crosscheck/2"
 MODEL = "llama-3-8b"
+# The engine models the cross-check runs (`serving.types.ENGINES`), each with its JSON and page under docs/.
+ENGINES = ("fluid", "mixed")
+DEFAULT_ENGINE = "fluid"
+PAGES = {"fluid": ("crosscheck.json", "CROSSCHECK.md"), "mixed": ("crosscheck_mixed.json", "CROSSCHECK_MIXED.md")}
+# The like-for-like side: iteration_sim.json's rows of this mode (the project's kernels, one forward per iteration).
+EXACT_MODE = "project"
 
 # Issue 41's targets ("What must be shown"): (criterion, row key, rows it applies to, max |error| [fraction]).
 # "loads" = the 25-90 % rows, "saturation" = the saturation row. TTFT criteria are judged on the project's
@@ -91,29 +100,41 @@ def reference_rows(point: dict[str, Any]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------- project side
 
 
-def load_point(project: dict[str, Any]) -> Any:
+def check_engine(engine: str) -> str:
+    """`engine` if it is one of ENGINES, else ValueError naming --engine and the choices."""
+    if engine not in ENGINES:
+        raise ValueError(f"--engine {engine!r} is not one of {list(ENGINES)}")
+    return engine
+
+
+def load_point(project: dict[str, Any], engine: str = DEFAULT_ENGINE) -> Any:
     """The `loadtest.LoadPoint` of a reference point's `project` block (the issue's settings: kv_budget 1,
-    no speculation, no disaggregation)."""
+    no speculation, no disaggregation) run by engine model `engine` ("fluid" or "mixed")."""
     from inferencegym_jax.loadtest import LoadPoint
 
     return LoadPoint(gpu=project["gpu"], batch_size=int(project["batch_size"]), kv_budget=1.0, spec_length=0,
                      quant_tier=project["quant_tier"], prefill_disagg=0,
                      max_batched_tokens=int(project["max_batched_tokens"]), prompt=project["prompt"],
-                     output=project["output"])
+                     output=project["output"], engine=check_engine(engine))
 
 
-def request_overhead_s(project: dict[str, Any]) -> float:
-    """The per-request overhead [s] the load test adds to every TTFT at a point: the `request_overhead_s`
-    of its server's profile for the point's quant tier."""
+def request_overhead_s(project: dict[str, Any], engine: str = DEFAULT_ENGINE) -> float:
+    """The per-request overhead [s] the load test adds to every TTFT at a point, the one place that decides
+    it: the mixed engine's measured `serving.mixed.MEASURED_REQUEST_OVERHEAD_S` (it replaces the profile's);
+    for the fluid engine the `request_overhead_s` of the point's server profile for its quant tier."""
     from inferencegym_jax.loadtest import env_params
     from inferencegym_jax.profiles import QUANT_TIERS
+    from inferencegym_jax.serving.mixed import MEASURED_REQUEST_OVERHEAD_S
 
-    profiles = env_params(load_point(project), 1).server.profiles
+    if check_engine(engine) == "mixed":
+        return float(MEASURED_REQUEST_OVERHEAD_S)
+    profiles = env_params(load_point(project, engine), 1).server.profiles
     return float(np.asarray(profiles.request_overhead_s)[QUANT_TIERS.index(project["quant_tier"])])
 
 
 def project_rows(point: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """`run_loadtest` at a reference point: one row per reference load rate, then the saturation row.
+    """`run_loadtest` at a reference point (engine `settings["engine"]`, "fluid" when absent): one row per
+    reference load rate, then the saturation row.
 
     Returns rows of float values (ROW_KEYS; `rate` the offered rate [req/s] or "saturation").
     Raises ValueError when the module's rows do not match the rates asked for.
@@ -121,7 +142,8 @@ def project_rows(point: dict[str, Any], settings: dict[str, Any]) -> list[dict[s
     from inferencegym_jax.loadtest import ROW_KEYS, run_loadtest
 
     rates = [float(r["rate"]) for r in point["rates"]]
-    rows = run_loadtest(load_point(point["project"]), rates, saturation=True, seconds=settings["seconds"],
+    engine = settings.get("engine", DEFAULT_ENGINE)
+    rows = run_loadtest(load_point(point["project"], engine), rates, saturation=True, seconds=settings["seconds"],
                         warmup=settings["warmup"], episodes=settings["episodes"], seed=settings["seed"])
     expected: list[float | str] = [*rates, "saturation"]
     if [r["rate"] for r in rows] != expected or any(set(ROW_KEYS) - set(r) for r in rows):
@@ -142,6 +164,43 @@ def row_errors(ref: dict[str, Any], proj: dict[str, Any], overhead: float) -> di
             err = net.get(key, as_reported[key])
             judged[name] = {"key": key, "error": err, "tolerance": tol, "pass": bool(abs(err) <= tol)}
     return {"as_reported": as_reported, "net": net, "criteria": judged}
+
+
+# ---------------------------------------------------------------------------------------- like for like
+
+
+def load_exact(path: pathlib.Path) -> dict[str, Any]:
+    """The exact per-iteration scheduler's stored rows (experiments/crosscheck/iteration_sim.json)."""
+    if not path.is_file():
+        raise ValueError(f"--exact {path} does not exist (experiments/crosscheck/iteration_sim.py writes it)")
+    return json.loads(path.read_text())
+
+
+def exact_provenance(exact: dict[str, Any], path: pathlib.Path, label: str) -> dict[str, Any]:
+    """What the like-for-like side is: iteration_sim.json's provenance (`path`, named `label`) and the mode."""
+    s = exact["settings"]
+    return {"path": label, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "mode": EXACT_MODE,
+            **{k: exact[k] for k in ("schema", "generated_utc", "command", "reference_generated_utc")},
+            "mode_settings": s["modes"][EXACT_MODE],
+            **{k: s[k] for k in ("seconds", "warmup", "seeds", "request_overhead_s", "max_batched_tokens")}}
+
+
+def exact_rows(exact: dict[str, Any], point: dict[str, Any]) -> list[dict[str, Any]]:
+    """The exact scheduler's side of a reference point's rows (mode EXACT_MODE), in the reference's order:
+    one per load rate (the same offered `rate`), then saturation; keys as `reference_rows`' where it has them.
+    ValueError when iteration_sim.json has no such row."""
+    name = point_name(point)
+    mine = {(r["load_fraction"] if r["rate"] != "saturation" else "saturation"): r for r in exact["rows"]
+            if r["mode"] == EXACT_MODE and r["point"] == name}
+    out = []
+    for want in [*point["rates"], {"load_fraction": "saturation", "rate": "saturation"}]:
+        r = mine.get(want["load_fraction"])
+        if r is None or r["rate"] != want["rate"]:
+            raise ValueError(f"--exact has no {EXACT_MODE!r} row of {name} at rate {want['rate']} "
+                             "(rerun experiments/crosscheck/iteration_sim.py)")
+        out.append({"load_fraction": want["load_fraction"], "rate": r["rate"], **r["sim"],
+                    **({"offered_rate": r["offered_rate"]} if r["rate"] == "saturation" else {})})
+    return out
 
 
 # ---------------------------------------------------------------------------------------- static side
@@ -198,8 +257,10 @@ def static_summary(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------- summaries
 
 
-def criteria_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per criterion: rows within target / total and median / max |error|, over all rows, by GPU and by load."""
+def criteria_summary(points: list[dict[str, Any]], side: str = "reference", errors: str = "errors") -> dict[str, Any]:
+    """Per criterion: rows within target / total and median / max |error|, over all rows, by GPU and by load,
+    of each row's `errors` against its `side` ("reference" and "errors": AISimulate; "exact" and
+    "exact_errors": like for like)."""
     def summarise(cells: list[dict[str, Any]]) -> dict[str, Any]:
         e = np.abs([c["error"] for c in cells])
         return {"within": sum(c["pass"] for c in cells), "total": len(cells),
@@ -207,18 +268,18 @@ def criteria_summary(points: list[dict[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     for name, _, _, tol in CRITERIA:
-        cells = [(p, row, row["errors"]["criteria"][name]) for p in points for row in p["rows"]
-                 if name in row["errors"]["criteria"]]
+        cells = [(p, row, row[errors]["criteria"][name]) for p in points for row in p["rows"]
+                 if name in row[errors]["criteria"]]
         gpus = sorted({p["gpu"] for p, _, _ in cells})
-        loads = sorted({str(row["reference"]["load_fraction"]) for _, row, _ in cells})
-        reported = [{"error": row["errors"]["as_reported"][c["key"]], "tolerance": tol}
-                    for _, row, c in cells if c["key"] in row["errors"]["net"]]
+        loads = sorted({str(row[side]["load_fraction"]) for _, row, _ in cells})
+        reported = [{"error": row[errors]["as_reported"][c["key"]], "tolerance": tol}
+                    for _, row, c in cells if c["key"] in row[errors]["net"]]
         for c in reported:
             c["pass"] = bool(abs(c["error"]) <= tol)
         out[name] = {"tolerance": tol, "all": summarise([c for _, _, c in cells]),
                      "as_reported": summarise(reported) if reported else None,
                      "by_gpu": {g: summarise([c for p, _, c in cells if p["gpu"] == g]) for g in gpus},
-                     "by_load": {f: summarise([c for _, r, c in cells if str(r["reference"]["load_fraction"]) == f])
+                     "by_load": {f: summarise([c for _, r, c in cells if str(r[side]["load_fraction"]) == f])
                                  for f in loads}}
     return out
 
@@ -237,27 +298,32 @@ def select_points(ref: dict[str, Any], names: Sequence[str] | None) -> list[dict
     return [by_name[n] for n in names]
 
 
-def run_point(point: dict[str, Any], settings: dict[str, Any]) -> tuple[dict[str, Any], float]:
-    """Both sides of one point's rows with their errors, and the project side's wall time [s]."""
-    overhead = request_overhead_s(point["project"])
+def run_point(point: dict[str, Any], settings: dict[str, Any], exact: dict[str, Any]) -> tuple[dict[str, Any], float]:
+    """Each point row's three sides (AISimulate, the exact scheduler's `exact` rows, the project) with the
+    project's errors against the first two, and the project side's wall time [s]."""
+    overhead = request_overhead_s(point["project"], settings["engine"])
+    sims = exact_rows(exact, point)
     start = time.perf_counter()
     proj = project_rows(point, settings)
     wall = time.perf_counter() - start
-    rows = [{"reference": r, "project": p, "errors": row_errors(r, p, overhead)}
-            for r, p in zip(reference_rows(point), proj)]
+    rows = [{"reference": r, "exact": x, "project": p, "errors": row_errors(r, p, overhead),
+             "exact_errors": row_errors(x, p, overhead)}
+            for r, x, p in zip(reference_rows(point), sims, proj)]
     keep = ("gpu", "batch_cap", "lengths", "dtype", "project")
     return {"name": point_name(point), **{k: point[k] for k in keep}, "request_overhead_s": overhead,
             "rows": rows}, wall
 
 
 def build(ref: dict[str, Any], ref_path: pathlib.Path, ref_label: str, points: list[dict[str, Any]],
-          settings: dict[str, Any], command: str, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """The whole cross-check document (the JSON); volatile fields (dates, wall times) only under "volatile".
-    `ref` is the reference read from `ref_path`, which the document names `ref_label`."""
+          settings: dict[str, Any], command: str, exact: tuple[dict[str, Any], pathlib.Path, str],
+          log: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole cross-check document (the JSON) of engine `settings["engine"]`; volatile fields (dates, wall
+    times) only under "volatile". `ref` is the reference read from `ref_path`, which the document names
+    `ref_label`; `exact` is (iteration_sim.json's content, its path, the name the document gives it)."""
     start = time.perf_counter()
     done, walls = [], {}
     for p in points:
-        doc, wall = run_point(p, settings)
+        doc, wall = run_point(p, settings, exact[0])
         done.append(doc)
         walls[doc["name"]] = wall
         log(f"{doc['name']}: {wall:.1f} s")
@@ -271,6 +337,8 @@ def build(ref: dict[str, Any], ref_path: pathlib.Path, ref_label: str, points: l
                                  "judged": list(STATIC_JUDGED)}},
             "reference": reference_provenance(ref, ref_path, ref_label), "points": done,
             "summary": criteria_summary(done), "static": static,
+            "like_for_like": {"exact": exact_provenance(*exact),
+                              "summary": criteria_summary(done, "exact", "exact_errors")},
             "volatile": {"generated_utc": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                          "wall_s": total, "point_wall_s": walls, "simulated_s_excluding_probe": simulated,
                          "cpus": os.cpu_count()}}
