@@ -108,16 +108,24 @@ def _rollout_program(env: Any, num_steps: int) -> Any:
     return jax.jit(jax.vmap(one_env))
 
 
-def random_params(env_id: str, gpu: str, count: int, rng: np.random.Generator, randomize: bool = True) -> Any:
-    """`count` params of a task on `gpu`, each drawn in range (or the defaults), stacked on axis 0."""
+def random_params(env_id: str, gpu: str, count: int, rng: np.random.Generator, randomize: bool = True,
+                  engine: str | None = None) -> Any:
+    """`count` params of a task on `gpu`, each drawn in range (or the defaults), stacked on axis 0;
+    with `engine`, on that engine model (`serving.types.ENGINES`) instead of the task's."""
     draw = numpy_draw(rng)
-    made = [tasks.make(env_id, gpu=gpu, **(random_overrides(env_id, draw) if randomize else {}))[1]
-            for _ in range(count)]
+
+    def overrides() -> dict[str, Any]:
+        drawn = random_overrides(env_id, draw) if randomize else {}
+        if engine is not None:
+            drawn["server"] = {**drawn.get("server", {}), "engine": engine}
+        return drawn
+
+    made = [tasks.make(env_id, gpu=gpu, **overrides())[1] for _ in range(count)]
     return jax.tree_util.tree_map(lambda *x: np.stack(x), *made)
 
 
 def run_task(env_id: str, num_envs: int, num_steps: int, seed: int = 0, *, distinct_params: int = 64,
-             randomize: bool = True) -> list[CaseResult]:
+             randomize: bool = True, engine: str | None = None) -> list[CaseResult]:
     """Every (GPU, family) case of one task: num_envs envs per case, num_steps steps each."""
     rng = np.random.default_rng(seed)
     env, _ = tasks.make(env_id)
@@ -126,7 +134,7 @@ def run_task(env_id: str, num_envs: int, num_steps: int, seed: int = 0, *, disti
     families = np.repeat(np.arange(len(FAMILIES), dtype=np.int32), per_family)
     results = []
     for g, gpu in enumerate(GPUS):
-        base = random_params(env_id, gpu, distinct_params, rng, randomize)
+        base = random_params(env_id, gpu, distinct_params, rng, randomize, engine)
         pick = rng.integers(0, distinct_params, len(families))
         params = jax.tree_util.tree_map(lambda x, pick=pick: x[pick], base)
         keys = jax.random.split(jax.random.fold_in(jax.random.key(seed), g), len(families))
@@ -138,13 +146,15 @@ def run_task(env_id: str, num_envs: int, num_steps: int, seed: int = 0, *, disti
 
 
 def run_campaign(total_steps: int, num_steps: int = 200, seed: int = 0, *, env_ids: list[str] | None = None,
-                 randomize: bool = True) -> tuple[list[CaseResult], float]:
-    """About `total_steps` env steps over every task, GPU and family; (results, seconds)."""
+                 randomize: bool = True, engine: str | None = None) -> tuple[list[CaseResult], float]:
+    """About `total_steps` env steps over every task, GPU and family (on `engine` when given);
+    (results, seconds)."""
     env_ids = env_ids or tasks.registered_envs()
     cases = len(env_ids) * len(GPUS)
     num_envs = max(len(FAMILIES), total_steps // (cases * num_steps))
     start = time.perf_counter()
-    results = [r for env_id in env_ids for r in run_task(env_id, num_envs, num_steps, seed, randomize=randomize)]
+    results = [r for env_id in env_ids
+               for r in run_task(env_id, num_envs, num_steps, seed, randomize=randomize, engine=engine)]
     return results, time.perf_counter() - start
 
 
