@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-GRID_LOW_S = 1e-4  # [s] first positive grid point: 0.1 ms, below any TTFT (the per-request overhead alone is ~20 ms)
+GRID_LOW_S = 1e-4  # [s] first positive grid point: 0.1 ms, below any TTFT (the per-request overhead alone is 11-20 ms)
 GRID_HIGH_S = 1e4  # [s] last log-spaced point: above any client timeout (num_age_buckets <= 1024 one-second intervals)
 GRID_POINTS = 8192  # log-spaced points: 8 decades at 0.225 % spacing, 3 x 64 KiB of float64 accumulators
 GRID_RATIO = (GRID_HIGH_S / GRID_LOW_S) ** (1.0 / (GRID_POINTS - 1))  # neighbour ratio, 1.00225
