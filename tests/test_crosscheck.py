@@ -52,6 +52,12 @@ def engine(request):
     return request.param
 
 
+def test_the_engines_are_the_servings():
+    from inferencegym_jax.serving.types import ENGINES
+
+    assert cc.ENGINES == ENGINES
+
+
 @pytest.fixture(scope="module")
 def stored(engine):
     return json.loads(_paths(engine)[0].read_text())

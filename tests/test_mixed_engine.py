@@ -19,7 +19,7 @@ import inferencegym_jax as ig
 from inferencegym_jax import loadtest, perf_model, serving, tasks
 from inferencegym_jax.actions import GRID_SIZES, KNOBS
 from inferencegym_jax.serving import fresh_ttft
-from inferencegym_jax.traffic import workload
+from inferencegym_jax.traffic import strata, workload
 
 NEWEST = [ids[-1] for ids in tasks.task_versions().values()]  # each task's newest version
 STEPS = 64  # intervals per rollout (below every task's horizon: no auto-reset inside it)
@@ -185,7 +185,7 @@ def test_mixed_engine_fuzz_stays_finite_with_valid_ttft_laws(env_id):
     flat = functools.partial(jax.tree_util.tree_map, lambda x: x.reshape((-1,) + x.shape[2:]))
     arrivals = flat(info["arrivals"])
     log_sd = np.random.default_rng(0).choice([0.0, 0.3, 1.0, 3.0], size=arrivals.count.shape).astype(np.float32)
-    arrivals = arrivals.replace(prompt_strata=workload.length_strata(jnp.asarray(log_sd)))
+    arrivals = arrivals.replace(prompt_strata=strata.length_strata(jnp.asarray(log_sd)))
     for budget in (1.0, 2048.0, 1048576.0):  # [tokens] max_batched_tokens: the schema's ends and vLLM's default
         server_params = dataclasses.replace(params.server, max_batched_tokens=jnp.float32(budget))
         server, metrics, first = _with_requests(flat(before), arrivals, flat(info["applied_action"]), server_params)
@@ -302,7 +302,7 @@ def test_the_chunk_time_table_follows_the_step_model():
 def one_interval(disaggregated: bool = False):
     """The inputs of the mixed phases for one hand-built interval on Task 3's newest version: 30
     sequences decoding, 6 fresh arrivals of 512 tokens and 4 requests waiting 2 intervals."""
-    from inferencegym_jax.serving import admission, engine
+    from inferencegym_jax.serving import admission, engine, mixed
 
     _, params = mixed_make(NEWEST[2])
     server = params.server
@@ -317,7 +317,7 @@ def one_interval(disaggregated: bool = False):
     arrivals = workload.Arrivals(jnp.asarray([0.0, 6.0, 0.0]), jnp.asarray([0.0, 6 * 512.0, 0.0]),
                                  jnp.asarray([0.0, 600.0, 0.0]), jnp.asarray([0.0, 6 * 512.0**2, 0.0]),
                                  jnp.float32(6.0), jnp.ones((3, 5), jnp.float32))
-    profile = serving.select_profile(server.profiles, config.quant_tier)
+    profile = mixed.mixed_profile(serving.select_profile(server.profiles, config.quant_tier))
     eng, running, preempted, _ = engine.reconfigure(state, config, profile, server)
     queue = admission.enqueue(state.queue, arrivals)
     capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)

@@ -21,7 +21,8 @@ the module of its concept:
   goodput.*                 the running requests still meeting both SLOs ("completion" accounting)
 
 With `ServerParams.engine == "mixed"` (`serving.mixed`: prompt chunks in the decode iterations,
-one forward each; fresh arrivals' TTFT from the iteration chain) four phases are replaced:
+one forward each; fresh arrivals' TTFT from the iteration chain) the profile is the tier's with the
+measured per-request overhead (mixed.mixed_profile) and four phases are replaced:
 admission_limits by mixed.mixed_admission_limits, prefill by mixed.mixed_prefill, decode by
 mixed.mixed_decode, and after time_to_first_token (kept for the older bins) come
 mixed.mixed_first_token, goodput.admit_share_on_time and latency.shared_latency_statistics with
@@ -32,7 +33,6 @@ XLA:CPU speed tricks are in `inferencegym_jax.xla_ops`, guarded divisions in `nu
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Literal, NamedTuple, overload
 
 import jax.numpy as jnp
@@ -51,12 +51,12 @@ from inferencegym_jax.serving.latency import (
     time_to_first_token,
 )
 from inferencegym_jax.serving.mixed import (
-    MEASURED_REQUEST_OVERHEAD_S,
     FreshTTFT,
     mixed_admission_limits,
     mixed_decode,
     mixed_first_token,
     mixed_prefill,
+    mixed_profile,
 )
 from inferencegym_jax.serving.types import (
     SLO_ACCOUNTINGS,
@@ -141,7 +141,7 @@ def serve_interval(
     mixed = params.engine == "mixed"
     profile = select_profile(params.profiles, config.quant_tier)
     if mixed:
-        profile = dataclasses.replace(profile, request_overhead_s=jnp.float32(MEASURED_REQUEST_OVERHEAD_S))
+        profile = mixed_profile(profile)
     capacity = perf_model.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     before_shrink = running

@@ -126,6 +126,18 @@ def emit(running: Sequences, per_seq_tokens: Array) -> tuple[Sequences, Array, A
     return after, generated, completed
 
 
+def interval_tpot(after: Sequences, completed: Array, per_seq_tokens: Array, step_s: Array,
+                  tokens_per_step: Array, dt: Array) -> Array:
+    """[s] wall time per output token of a running sequence that emitted `per_seq_tokens` in the
+    interval of `dt` [s] (at most dt); a lone step's time per token (`step_s` / `tokens_per_step`)
+    when nothing ran (`after` empty and nothing `completed`)."""
+    return jnp.where(
+        after.seqs + completed > EPS,
+        jnp.minimum(dt / jnp.maximum(per_seq_tokens, EPS), dt),
+        step_s / tokens_per_step,
+    )
+
+
 def decode(
     running: Sequences, decode_s: Array, tokens_per_step: Array, config: ServingAction,
     profile: perf_model.Profile, dt: Array,
@@ -140,11 +152,7 @@ def decode(
     step_s = perf_model.decode_step_time(profile, jnp.maximum(concurrent, 1.0), context, config.spec_length)
     per_seq_tokens = (decode_s / step_s) * tokens_per_step * safe_div(concurrent, running.seqs)
     after, generated, completed = emit(running, per_seq_tokens)
-    tpot = jnp.where(
-        after.seqs + completed > EPS,
-        jnp.minimum(dt / jnp.maximum(per_seq_tokens, EPS), dt),
-        step_s / tokens_per_step,
-    )
+    tpot = interval_tpot(after, completed, per_seq_tokens, step_s, tokens_per_step, dt)
     return after, Decode(generated, completed, tpot)
 
 

@@ -44,9 +44,9 @@ from jax import Array
 from inferencegym_jax import xla_ops
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.iteration import Iterations, chunks, prompt_service_s
-from inferencegym_jax.traffic.workload import LENGTH_STRATA_W
+from inferencegym_jax.traffic.strata import LENGTH_STRATA_W
 
-NODE_W = LENGTH_STRATA_W  # the length strata (`workload.length_strata`)
+NODE_W = LENGTH_STRATA_W  # the length strata (`traffic.strata`)
 NUM_NODES = len(NODE_W)
 # [1] the chain's load (lambda E[w]) is kept below this share of the prefill share of full
 # iterations: the chain's moments diverge as it nears 1 (experiments/crosscheck/closed_form_wait.py).
@@ -80,7 +80,7 @@ class FreshLaw(NamedTuple):
 
 def length_nodes(count: Array, prompt: Array, strata: Array) -> Array:
     """Prompt lengths [tokens] at the length strata of each class: the bin's mean times `strata`
-    (3, NUM_NODES) (`workload.length_strata`); float32 (3, NUM_NODES), 0 for an empty class."""
+    (3, NUM_NODES) (`traffic.strata.length_strata`); float32 (3, NUM_NODES), 0 for an empty class."""
     return safe_div(prompt, count)[:, None] * strata
 
 

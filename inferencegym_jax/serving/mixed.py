@@ -26,6 +26,7 @@ Completions stay memoryless (`engine.emit`), as in the fluid engine.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -35,12 +36,13 @@ from inferencegym_jax import perf_model, xla_ops
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.numerics import EPS, safe_div
 from inferencegym_jax.serving.admission import Admission, Limits, Prefill
-from inferencegym_jax.serving.engine import Decode, Engine, emit
+from inferencegym_jax.serving.engine import Decode, Engine, emit, interval_tpot
 from inferencegym_jax.serving.fresh_ttft import FreshLaw, backlog_wait, exponential_parts, fresh_law
 from inferencegym_jax.serving.iteration import Iterations, chunks, iterations, prefill_cost_s
 from inferencegym_jax.serving.latency import FirstToken
 from inferencegym_jax.serving.types import Queue, Sequences, ServerParams
-from inferencegym_jax.traffic.workload import Arrivals, length_strata, log_sd_of
+from inferencegym_jax.traffic.strata import strata_of_sums
+from inferencegym_jax.traffic.workload import Arrivals
 
 # Per-request overhead on TTFT [s], measured on a real vLLM 0.11 server (Llama-2-7B, one GPU,
 # guidellm 0.6 streaming client on the same cluster; inference-sim/inference-sim commit e7a4aa37,
@@ -51,13 +53,17 @@ from inferencegym_jax.traffic.workload import Arrivals, length_strata, log_sd_of
 MEASURED_REQUEST_OVERHEAD_S = 0.00936 + 0.00190
 
 
+def mixed_profile(profile: perf_model.Profile) -> perf_model.Profile:
+    """The profile the mixed engine runs on: its per-request overhead MEASURED_REQUEST_OVERHEAD_S."""
+    return dataclasses.replace(profile, request_overhead_s=jnp.float32(MEASURED_REQUEST_OVERHEAD_S))
+
+
 def arrivals_law(arrivals: Arrivals, it: Iterations, dt: Array) -> FreshLaw:
     """`fresh_ttft.fresh_law` of the interval's arrivals; their length strata from the bin's sums
     where the arrivals carry none."""
     strata = arrivals.prompt_strata
     if strata is None:
-        strata = length_strata(log_sd_of(safe_div(arrivals.prompt_tokens, arrivals.count),
-                                         safe_div(arrivals.prompt_sq_tokens, arrivals.count)))
+        strata = strata_of_sums(arrivals.count, arrivals.prompt_tokens, arrivals.prompt_sq_tokens)
     return fresh_law(it, arrivals.count, arrivals.prompt_tokens, strata, dt)
 
 
@@ -159,7 +165,8 @@ def fresh_first_token(law: FreshLaw, admission: Admission, it: Iterations, engin
     """The law of the fresh admitted requests (module docstring, item 2): engine time from `law`
     (`fresh_ttft.fresh_law` of the interval's arrivals), the older work admitted ahead of them (the
     preempted, earlier classes, older ages; the fresh of earlier classes share the chain), the
-    stall, the KV transfer and the per-request overhead."""
+    stall, the KV transfer and the per-request overhead (`profile.request_overhead_s`, which
+    MEASURED_REQUEST_OVERHEAD_S in the engine's `mixed_profile`)."""
     fresh_earlier = xla_ops.earlier_classes(admission.admitted.prompt[:, 0])
     ahead_s = jnp.maximum(admission.ahead_tokens[:, 0] - fresh_earlier, 0.0) / jnp.maximum(it.prefill_rate, EPS)
     w1, w2 = backlog_wait(ahead_s, dt)
@@ -167,7 +174,7 @@ def fresh_first_token(law: FreshLaw, admission: Admission, it: Iterations, engin
     var = law.wait_var_s2 + jnp.maximum(w2 - w1 * w1, 0.0)[:, None]
     shift, scale = exponential_parts(mean, var)
     transfer = jnp.where(engine.disaggregated, law.prompt * profile.kv_bytes_per_token / profile.kv_link_bw, 0.0)
-    fixed = engine.busy_s + transfer + MEASURED_REQUEST_OVERHEAD_S
+    fixed = engine.busy_s + transfer + profile.request_overhead_s
     requests = admission.admitted.count[:, 0:1] * law.node_weight
     return FreshTTFT(shift + law.service_s + fixed, scale, requests, law.prompt)
 
@@ -246,8 +253,7 @@ def mixed_decode(
     new_after, new_generated, new_completed = emit(new, present_new * per_seq_tokens)
     after = old_after + new_after
     completed = old_completed + new_completed
-    tpot = jnp.where(after.seqs + completed > EPS, jnp.minimum(dt / jnp.maximum(per_seq_tokens, EPS), dt),
-                     step_s / tokens_per_step)
+    tpot = interval_tpot(after, completed, per_seq_tokens, step_s, tokens_per_step, dt)
     return after, Decode(old_generated + new_generated, completed, tpot)
 
 

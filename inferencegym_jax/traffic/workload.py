@@ -39,8 +39,8 @@ from flax import struct
 from jax import Array
 from jax.scipy.special import ndtr
 
-from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.traffic import sampling
+from inferencegym_jax.traffic.strata import length_strata, log_sd_of, strata_of_sums
 
 NUM_CLASSES = 3
 SCHEDULES = ("constant", "periodic", "mmpp", "trace")
@@ -184,8 +184,8 @@ class Arrivals:
       output_tokens: float32 [tokens], sum of their output lengths.
       prompt_sq_tokens: float32 [tokens^2], sum of squared prompt lengths (prefill attention).
       rate: float32 [req/s], the scheduled rate of the interval (all classes), for reference.
-      prompt_strata: float32 (3, len(LENGTH_STRATA_W)) or None, one request's prompt length at
-        each length stratum relative to the mean, per class (`length_strata`): of the lognormal
+      prompt_strata: float32 (3, len(strata.LENGTH_STRATA_W)) or None, one request's prompt length at
+        each length stratum relative to the mean, per class (`strata.length_strata`): of the lognormal
         with the class's length law's two moments (synthetic traffic), or with the whole trace's
         (a trace); the mixed engine's length nodes (`serving.fresh_ttft`). None where unknown (the
         engine then takes the spread from the bin's sums).
@@ -225,34 +225,11 @@ def length_moments(dist: LengthDist) -> tuple[Array, Array]:
     return m1, m2
 
 
-def log_sd_of(mean: Array, mean_sq: Array) -> Array:
-    """Log-space standard deviation of the lognormal with mean `mean` and mean square `mean_sq`
-    (sqrt(log(m2 / m1^2)), 0 where m2 <= m1^2 or the mean is 0)."""
-    ratio = jnp.where(mean > 0, mean_sq / jnp.maximum(mean * mean, 1e-30), 1.0)
-    return jnp.sqrt(jnp.log(jnp.maximum(ratio, 1.0)))
-
-
-# Length strata of a class's prompt law, for the mixed engine's TTFT (`serving.fresh_ttft`): their
-# probabilities, and the standard-normal quantile of each stratum's middle (scipy.stats.norm.ppf of
-# 0.2, 0.55, 0.8, 0.94, 0.99): finest at the top, where the longest prompts make the TTFT tail.
-LENGTH_STRATA_W = (0.4, 0.3, 0.2, 0.08, 0.02)
-LENGTH_STRATA_Z = (-0.8416212335729142, 0.12566134685507416, 0.8416212335729143, 1.5547735945968535,
-                   2.3263478740408408)
-
-
-def length_strata(log_sd: Array) -> Array:
-    """A length at each stratum relative to the mean, float32 (..., 5), of the lognormal of
-    log-space standard deviation `log_sd` (...): exp(log_sd z) over its stratum-weighted mean."""
-    shape = jnp.exp(log_sd[..., None] * jnp.asarray(LENGTH_STRATA_Z, jnp.float32))
-    return shape / jnp.sum(jnp.asarray(LENGTH_STRATA_W, jnp.float32) * shape, axis=-1, keepdims=True)
-
-
 def trace_strata(trace: Trace) -> Array:
-    """`length_strata` of each class's prompts over the whole trace, float32 (3, 5): from the
+    """`strata.length_strata` of each class's prompts over the whole trace, float32 (3, 5): from the
     trace's totals (params only, so computed once for a batch of episodes, not per episode)."""
-    count = jnp.sum(jnp.isfinite(trace.arrival_s), axis=1).astype(jnp.float32)
-    return length_strata(log_sd_of(safe_div(trace.prompt_cumsum[:, -1], count),
-                                   safe_div(trace.prompt_sq_cumsum[:, -1], count)))
+    count, prompt, _, prompt_sq = trace_totals_before(trace, jnp.asarray(jnp.inf, jnp.float32))
+    return strata_of_sums(count, prompt, prompt_sq)
 
 
 def sample_lengths(key: jax.Array, dist: LengthDist, shape: tuple[int, ...]) -> Array:
