@@ -1,7 +1,7 @@
 """inferencegym_jax: a JAX-accelerated, pure-functional RL environment for LLM inference serving.
 
     import inferencegym_jax as ig
-    env, params = ig.make("InferenceGym-Task3-v1")   # the newest version of task 3, where control pays
+    env, params = ig.make("InferenceGym-Task3-v2")   # the newest version of task 3, where control pays
 
 The names below are imported on first use, so that `import inferencegym_jax.cli` (the
 `inferencegym` command's `--help`) does not load JAX.

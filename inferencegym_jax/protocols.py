@@ -138,7 +138,7 @@ class ServingEnvironment(Environment, Protocol):
 
     @property
     def env_id(self) -> str:
-        """The registered task id (e.g. "InferenceGym-Task3-v1")."""
+        """The registered task id (e.g. "InferenceGym-Task3-v2")."""
         ...
 
     @property

@@ -1,9 +1,9 @@
 """Task registry: the TOML files of configs/tasks, discovered by their `id`, built into params.
 
-    env, params = inferencegym_jax.make("InferenceGym-Task3-v1")   # task 3's newest version
-    env, params = inferencegym_jax.make("InferenceGym-Task2-v1", gpu="h100-sxm")
-    env, params = inferencegym_jax.make("InferenceGym-Task1-v1", workload={"base_rate": 40.0})
-    env, params = inferencegym_jax.make("InferenceGym-Task3-v0")   # frozen, to reproduce v0 results
+    env, params = inferencegym_jax.make("InferenceGym-Task3-v2")   # task 3's newest version
+    env, params = inferencegym_jax.make("InferenceGym-Task2-v2", gpu="h100-sxm")
+    env, params = inferencegym_jax.make("InferenceGym-Task1-v2", workload={"base_rate": 40.0})
+    env, params = inferencegym_jax.make("InferenceGym-Task3-v1")   # frozen, to reproduce v1 results
 
 Every `*.toml` in configs/tasks is a task; its `id` is what `make` accepts. Overrides are merged
 into the file's tables (a value of None removes a key), then the whole is checked against
@@ -80,7 +80,7 @@ def task_versions() -> dict[int, list[str]]:
 
 
 def newest_version(number: int) -> str | None:
-    """The registered id of task `number`'s newest version ("InferenceGym-Task3-v1" for 3);
+    """The registered id of task `number`'s newest version ("InferenceGym-Task3-v2" for 3);
     None when no task has that number."""
     found = task_versions().get(number)
     return found[-1] if found else None
@@ -92,8 +92,8 @@ def _versions_listing() -> str:
 
 
 def resolve_id(value: Any, key: str = "task=") -> str:
-    """A registered id from a task number N (its newest version: 3 -> "InferenceGym-Task3-v1"
-    while v1 is task 3's newest; older versions stay reachable by their full ids, frozen for
+    """A registered id from a task number N (its newest version: 3 -> "InferenceGym-Task3-v2"
+    while v2 is task 3's newest; older versions stay reachable by their full ids, frozen for
     reproduction) or from a registered id; ValueError naming `key` (how the user typed the option
     or config key) otherwise, listing the tasks and their versions."""
     is_number = (isinstance(value, int) and not isinstance(value, bool)) or (

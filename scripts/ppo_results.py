@@ -12,7 +12,8 @@ CI over seeds (normal approximation) and, apart, the CI over all seed x episode 
 Each seed's final state is saved as OUT/task<N>/seed<S>/checkpoint.msgpack (so
 `inferencegym eval --checkpoint OUT/task<N>/seed<S>` re-grades it), and `--grade-only` grades
 saved checkpoints again without training. Writes OUT/results.json and OUT/results.md (the
-markdown table) and prints the table. A config with imitation (`imitation_episodes`, tasks 2-4-v1's)
+markdown table; rows of other tasks already in OUT/results.json are kept, so tasks run one at a
+time into one OUT make one table) and prints the table. A config with imitation (`imitation_episodes`, tasks 2-4-v1's)
 keeps PPO's start apart: each seed's policy fitted to the causal mpc, before any PPO update, is
 saved in OUT/task<N>_v<k>/seed<S>/start and graded on the same episodes (the "ppo_start" row of
 the JSON, a line under the table), so what PPO adds to the imitation is measured, not assumed.
@@ -233,6 +234,16 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def merged_with_earlier(path: Path, results: list[dict]) -> list[dict]:
+    """`results` with the rows of an earlier run's `path` for the tasks this run did not grade,
+    ordered by task id: tasks run one at a time into one OUT make one table."""
+    if not path.exists():
+        return results
+    graded = {r["task"] for r in results}
+    earlier = [r for r in json.loads(path.read_text()) if r["task"] not in graded]
+    return sorted(earlier + results, key=lambda r: r["task"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, nargs="+", default=[1, 2, 3])
@@ -260,6 +271,7 @@ def main() -> None:
         results.append(grade_task(task, args.episodes, out, with_mpc=args.mpc))
         print(markdown(results[-1:]) + ("\n" + start_lines(results[-1:]) if start_lines(results[-1:]) else ""),
               flush=True)
+    results = merged_with_earlier(out / "results.json", results)
     header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
               f"{args.episodes} episodes from evaluation_key(0). PPO - best_static: the per-episode score "
               f"difference on the same episodes, averaged over seeds, mean ± 95% CI over episodes. "

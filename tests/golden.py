@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 FILE = Path(__file__).resolve().parent / "data" / "golden.npz"
-TASKS = ("InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "InferenceGym-Task3-v0", "InferenceGym-Task4-v0")
+# The v0 tasks (the fluid engine) and two v2 tasks (the mixed engine: an MMPP and a trace replay).
+TASKS = ("InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "InferenceGym-Task3-v0", "InferenceGym-Task4-v0",
+         "InferenceGym-Task3-v2", "InferenceGym-Task4-v2")
 NUM_ENVS, NUM_STEPS = 16, 50
 SHORT_HORIZON = 20  # a second run with this horizon crosses two auto-resets in NUM_STEPS
 GRID_SIZES = (10, 5, 13, 2, 3)  # every knob's full grid: masked knobs are exercised too
@@ -120,6 +122,7 @@ def ppo_run(env_id: str, **extra) -> dict[str, np.ndarray]:
 
 
 def _short(env_id: str) -> str:
+    """"Task3" for a v0 id (the file's first sections), "Task3-v2" for a later version."""
     return env_id.replace("InferenceGym-", "").replace("-v0", "")
 
 

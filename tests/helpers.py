@@ -17,11 +17,11 @@ import inferencegym_jax as ig
 # test durations, -n 3 on the 2-core AMD VM, 2026-12-03.)
 PHYSICS_TASK_IDS = [i for i in ig.registered_envs()
                     if i in ("InferenceGym-Task1-v0", "InferenceGym-Task2-v0", "InferenceGym-Task3-v1",
-                             "InferenceGym-Task4-v1")]
+                             "InferenceGym-Task4-v1", "InferenceGym-Task3-v2", "InferenceGym-Task4-v2")]
 
 # The fast tier (the README's test command) runs the per-task physics tests on the task with the
 # most code paths; the slow tier (`scripts/run_tests.sh --slow`, which CI runs too) on the others.
-FAST_PHYSICS_TASK_ID = "InferenceGym-Task3-v1"
+FAST_PHYSICS_TASK_ID = "InferenceGym-Task3-v2"
 
 
 def physics_task_params(task_ids: list[str] | None = None) -> list:

@@ -19,13 +19,13 @@ F = jnp.float32
 V1_IDS = [i for i in ig.registered_envs() if i.endswith("-v1")]
 
 
-def test_every_v1_task_judges_at_completion_and_every_v0_task_at_admission():
+def test_every_v1_and_v2_task_judges_at_completion_and_every_v0_task_at_admission():
     assert len(V1_IDS) == 4
     for env_id in ig.registered_envs():
         _, params = ig.make(env_id)
-        want = "completion" if env_id.endswith("-v1") else "admission"
-        assert params.server.slo_accounting == want, env_id
-        assert graders.score_scale(env_id) == ("oracle" if env_id.endswith("-v1") else "best_static")
+        v0 = env_id.endswith("-v0")
+        assert params.server.slo_accounting == ("admission" if v0 else "completion"), env_id
+        assert graders.score_scale(env_id) == ("best_static" if v0 else "oracle")
 
 
 def test_an_interval_above_a_class_tpot_slo_ends_that_class_good_status_only():

@@ -94,7 +94,7 @@ def test_every_readme_code_block_is_checked():
 
 def test_readme_has_a_quick_start_on_the_newest_task():
     blocks = python_blocks()
-    assert blocks and 'ig.make("InferenceGym-Task3-v1")' in blocks[0]
+    assert blocks and 'ig.make("InferenceGym-Task3-v2")' in blocks[0]
 
 
 def _python_params() -> list:

@@ -1,13 +1,15 @@
 """The NumPy reference and the JAX env agree, and the env's samplers draw what they claim.
 
-Parity: for every registered task, both implementations get the same state, actions and random
-draws and must return the same observation, reward, flags and next state within float32
-tolerance, step by step (teacher-forced) and over a free-running episode with two auto-resets.
+Parity: on the physics tasks (tests/helpers.py; both engines, the mixed one of serving.mixed on
+task 3-v2 and task 4-v2), both implementations get the same state, actions and random draws and
+must return the same observation, reward, flags and next state within float32 tolerance, step by
+step (teacher-forced) and over a free-running episode with two auto-resets.
 The draws are made from public functions exactly as `env.step` makes them: per env,
 u = sampling.uniforms(key, env.DRAWS_PER_STEP), the interval's draws from its first
 workload.STEP_DRAWS uniforms, an auto-reset from the rest. The roofline is compared on its
-own at a tighter tolerance, and the server at amounts around the EPS guard, so that a constant
-of the reference that differs from the simulator's fails here.
+own at a tighter tolerance, as are the mixed engine's iteration model and fresh-arrival TTFT law,
+and the server at amounts around the EPS guard, so that a constant of the reference that differs
+from the simulator's fails here.
 """
 
 from __future__ import annotations
@@ -22,17 +24,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from helpers import physics_task_params
+from helpers import PHYSICS_TASK_IDS, physics_task_params
 from scipy import stats
 
 import inferencegym_jax as ig
 from inferencegym_jax import env as env_module
 from inferencegym_jax import perf_model, serving
+from inferencegym_jax.serving import fresh_ttft, iteration
 from inferencegym_jax.testing import reference
+from inferencegym_jax.testing.reference import fresh_ttft as ref_fresh_ttft
+from inferencegym_jax.testing.reference import iteration as ref_iteration
 from inferencegym_jax.testing.reference import roofline
-from inferencegym_jax.traffic import sampling, workload
+from inferencegym_jax.traffic import sampling, strata, workload
 
 NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
+# The physics tasks and the mixed engine's (serving.mixed): an MMPP task and a trace task.
+MIXED_TASK_IDS = ["InferenceGym-Task3-v2", "InferenceGym-Task4-v2"]
+PARITY_TASKS = physics_task_params(list(dict.fromkeys(PHYSICS_TASK_IDS + MIXED_TASK_IDS)))
 FULL_GRID = (10, 5, 13, 2, 3)  # grid sizes of the five knobs: masked knobs get indices too, both must clip them
 # The pytree classes the reference may import from the JAX side, to build its outputs in the same structure.
 SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "OnTime", "IntervalMetrics", "EnvState", "Observation", "Draws",
@@ -123,7 +131,7 @@ def moments_of(params):
     return {name: reference.length_moments(getattr(wl, name)) for name in ("prompt", "output", "burst_prompt")}
 
 
-@pytest.mark.parametrize("env_id", physics_task_params())
+@pytest.mark.parametrize("env_id", PARITY_TASKS)
 def test_reference_matches_the_jax_env(env_id):
     params, run = jax_rollout(env_id)
     p, moments = reference.to_numpy(params), moments_of(params)
@@ -167,7 +175,8 @@ TIGHT = dict(rtol=2e-6, scale_tol=0.0, atol=0.0)  # float32 rounding of two form
 @pytest.mark.parametrize("env_id", physics_task_params())
 def test_roofline_matches_perf_model(env_id):
     """The roofline alone, at 2e-6 (a few float32 ulp): a grid of batches, contexts and (fractional)
-    draft lengths on every tier; prefill passes; the prefill throughput admission uses; KV capacity."""
+    draft lengths on every tier; prefill passes; mixed iterations (a chunk beside the decodes, a lone
+    chunk at batch 0); the prefill throughput admission uses; KV capacity."""
     _, params = ig.make(env_id)
     profiles = params.server.profiles
     batch, context, spec = (x.ravel() for x in np.meshgrid([1.0, 7.0, 64.0, 512.0], [0.0, 300.0, 6000.0],
@@ -184,11 +193,59 @@ def test_roofline_matches_perf_model(env_id):
         want = jax.vmap(perf_model.prefill_time, in_axes=(None, 0, 0, 0))(jp, tokens, seqs, tokens * tokens / seqs)
         assert_close(f"tier {tier} prefill_time", roofline.prefill_time(p, tokens, seqs, tokens * tokens / seqs),
                      want, **TIGHT)
+        chunk = np.resize(np.asarray([0.0, 1.0, 37.0, 300.0, 2048.0], np.float32), n)  # batch 0: a lone chunk
+        b = np.where(np.arange(n) % 3 == 0, 0.0, batch).astype(np.float32)
+        want = jax.vmap(perf_model.mixed_step_time, in_axes=(None, 0, 0, 0, 0))(jp, b, context, spec, chunk)
+        assert_close(f"tier {tier} mixed_step_time", roofline.mixed_step_time(p, b, context, spec, chunk), want,
+                     **TIGHT)
         assert_close(f"tier {tier} prefill_throughput", roofline.prefill_throughput(p)[:1],
                      np.asarray(perf_model.prefill_throughput(jp))[None], **TIGHT)
         budget = np.linspace(0.1, 1.0, n).astype(np.float32)
         assert_close(f"tier {tier} kv capacity", roofline.kv_capacity_tokens(p, budget),
                      jax.vmap(perf_model.kv_capacity_tokens, in_axes=(None, 0))(jp, budget), **TIGHT)
+
+
+def test_mixed_iterations_and_fresh_law_match_serving():
+    """The mixed engine's iteration model (chunk-time knots, g(k) read off them, a prompt's own
+    service) and the fresh arrivals' TTFT law on their own, at 2e-5 (a few float32 ulp through the
+    chain's divisions; g is a difference of two step times, so it is compared at 2e-5 of the
+    batch's largest): pools from empty to past the chunk budget, both context sizes, speculation,
+    a prefill GPU, tiers; loads from idle to the chain's RHO_CLIP; one-class and three-class traffic."""
+    _, params = ig.make("InferenceGym-Task3-v2")
+    profiles = params.server.profiles
+    mbt = params.server.max_batched_tokens
+    pool, context, spec, disagg, tier = (x.ravel() for x in np.meshgrid(
+        [0.0, 0.4, 1.0, 7.0, 64.0, 600.0], [0.0, 2500.0], [0.0, 2.0], [False, True], [0, 2], indexing="ij"))
+    pool, context, spec = (x.astype(np.float32) for x in (pool, context, spec))
+    n = len(pool)
+    rng = np.random.default_rng(5)
+    count = (rng.poisson(rng.choice([0.5, 4.0, 40.0], n)[:, None] * np.ones(3)) * (rng.random((n, 3)) < 0.8)
+             ).astype(np.float32)
+    prompt = (count * rng.uniform(50.0, 6000.0, (n, 3))).astype(np.float32)
+    log_sd = rng.choice([0.0, 0.6, 1.3], (n, 3)).astype(np.float32)
+    strata_ = np.asarray(jax.vmap(strata.length_strata)(log_sd))
+    tokens = np.resize(np.asarray([0.0, 1.0, 20.0, 150.0, 900.0, 2047.0, 2049.0, 9000.0], np.float32), (n, 8))
+
+    def jax_side(p, pool, context, spec, disagg, count, prompt, strata_, tokens):
+        it = iteration.iterations(p, pool, context, spec, mbt, disagg)
+        law = fresh_ttft.fresh_law(it, count, prompt, strata_, params.server.dt_s)
+        return it, iteration.chunk_time_s(it, tokens), iteration.prompt_service_s(it, tokens), law
+
+    jp = jax.vmap(serving.select_profile, in_axes=(None, 0))(profiles, tier)
+    it, g, service, law = jax.jit(jax.vmap(jax_side))(jp, pool, context, spec, disagg, count, prompt, strata_, tokens)
+    p = roofline.select_profile(reference.to_numpy(profiles), tier)
+    r_it = ref_iteration.iterations(p, pool, context, spec, np.float32(mbt), disagg)
+    r_law = ref_fresh_ttft.fresh_law(r_it, count, prompt, strata_, np.float32(params.server.dt_s))
+    tight = dict(rtol=2e-5, scale_tol=0.0, atol=0.0)
+    for name in ("step_s", "decode_s", "token_s", "chunk_tokens", "prefill_share"):
+        assert_close(f"iterations.{name}", getattr(r_it, name), getattr(it, name), **tight)
+    assert_close("chunk knots", r_it.knots_s, it.chunk_knots_s, rtol=2e-5, scale_tol=2e-5, atol=0.0)
+    assert_close("chunk_time_s", ref_iteration.chunk_time_s(r_it, tokens), g, rtol=2e-5, scale_tol=2e-5, atol=0.0)
+    assert_close("prompt_service_s", ref_iteration.prompt_service_s(r_it, tokens), service, **tight)
+    for name in ("node_weight", "prompt", "service_s", "wait_mean_s", "wait_var_s2", "iteration_s"):
+        assert_close(f"fresh_law.{name}", getattr(r_law, name), getattr(law, name), rtol=2e-5, scale_tol=1e-6,
+                     atol=0.0)
+    assert np.mean(np.asarray(law.wait_var_s2) > 0) > 0.5 and np.ptp(np.asarray(law.iteration_s)) > 0
 
 
 def shrink_server(state, arrivals, factor):
@@ -204,7 +261,7 @@ def shrink_server(state, arrivals, factor):
     return smaller, jax.tree_util.tree_map(scale, arrivals)
 
 
-@pytest.mark.parametrize("env_id", physics_task_params())
+@pytest.mark.parametrize("env_id", PARITY_TASKS)
 def test_serve_interval_matches_at_the_smallest_amounts(env_id):
     """Queues, pools and arrivals of a few requests' millionths (either side of the EPS guard):
     the guards must cut at the same amount in both implementations."""

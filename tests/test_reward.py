@@ -15,13 +15,12 @@ from inferencegym_jax.traffic import workload
 STEPS = 60  # [intervals]: a burst of task 2 (every 60 s) and the queues it leaves
 
 
-def test_every_v1_task_rewards_increments_with_its_graders_weights_and_every_v0_task_rates():
+def test_every_v1_and_v2_task_rewards_increments_with_its_graders_weights_and_every_v0_task_rates():
     for env_id in ig.registered_envs():
         _, params = ig.make(env_id)
-        assert params.reward.kind == ("increments" if env_id.endswith("-v1") else "rates"), env_id
+        assert params.reward.kind == ("rates" if env_id.endswith("-v0") else "increments"), env_id
     weights = {"throughput": [1, 0, 0, 0, 0], "ttft_memory": [0, 0, 1, 0, 0], "multi_tenant": [0.4, 0, 0.3, 0.2, 0.1]}
-    for n in (1, 2, 3, 4):
-        env_id = f"InferenceGym-Task{n}-v1"
+    for env_id in (f"InferenceGym-Task{n}-v{k}" for n in (1, 2, 3, 4) for k in (1, 2)):
         _, params = ig.make(env_id)
         np.testing.assert_allclose(params.reward.weights, weights[graders.grader_name(env_id)], err_msg=env_id)
 

@@ -6,6 +6,8 @@ import dataclasses
 import tomllib
 import typing
 
+import jax
+import numpy as np
 import pytest
 
 import inferencegym_jax as ig
@@ -27,6 +29,19 @@ def test_every_shipped_task_parses_and_uses_every_key_it_sets():
         wl = cfg.workload
         for name in WorkloadConfig.OPTIONAL:
             assert (getattr(wl, name) is not None) == (name in WorkloadConfig.REQUIRED[wl.schedule]), (env_id, name)
+
+
+def test_every_v2_task_is_its_v1_task_on_the_mixed_engine():
+    """v2 changed the engine model alone (issue 41): every other parameter is v1's, leaf for leaf."""
+    for n in (1, 2, 3, 4):
+        env1, p1 = ig.make(f"InferenceGym-Task{n}-v1")
+        env2, p2 = ig.make(f"InferenceGym-Task{n}-v2")
+        assert (p1.server.engine, p2.server.engine) == ("fluid", "mixed")
+        mixed = dataclasses.replace(p1, server=dataclasses.replace(p1.server, engine="mixed"))
+        assert jax.tree_util.tree_structure(mixed) == jax.tree_util.tree_structure(p2), n
+        for a, b in zip(jax.tree_util.tree_leaves(mixed), jax.tree_util.tree_leaves(p2)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"task {n}")
+        assert type(env1) is type(env2)
 
 
 def test_schema_describes_every_key_with_its_range():
@@ -119,7 +134,7 @@ def test_a_bare_task_number_is_the_newest_version_of_that_task():
         assert tasks.newest_version(number) == ids[-1] == newest
         assert tasks.resolve_id(number) == tasks.resolve_id(str(number)) == newest
         assert all(tasks.resolve_id(i) == i for i in ids)  # a full id, older versions included, is itself
-    assert tasks.resolve_id(3) == "InferenceGym-Task3-v1" and tasks.resolve_id("InferenceGym-Task3-v0").endswith("v0")
+    assert tasks.resolve_id(3) == "InferenceGym-Task3-v2" and tasks.resolve_id("InferenceGym-Task3-v0").endswith("v0")
     assert tasks.newest_version(99) is None
 
 

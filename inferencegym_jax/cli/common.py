@@ -52,7 +52,7 @@ def registered_tasks() -> list[str]:
 
 def task_id(value: str) -> str:
     """argparse type: a task number N (its newest version, `tasks.resolve_id`: "3" ->
-    "InferenceGym-Task3-v1") or a registered id (older versions by their full ids)."""
+    "InferenceGym-Task3-v2") or a registered id (older versions by their full ids)."""
     from inferencegym_jax.tasks import resolve_id
 
     try:

@@ -1,7 +1,7 @@
 """`inferencegym train | eval | sweep`: PPO on a task, graded against every baseline.
 
-    inferencegym train --out runs/main                        # the main job: configs/train/ppo_task3_v1_main.toml
-    inferencegym train --task 3 --out runs/task3              # task 3's newest version: ppo_task3_v1.toml
+    inferencegym train --out runs/main                        # the main job: configs/train/ppo_task3_v2_main.toml
+    inferencegym train --task 3 --out runs/task3              # task 3's newest version: ppo_task3_v2.toml
     inferencegym train --task InferenceGym-Task3-v0 --out DIR # a frozen older version: ppo_task3.toml
     inferencegym train --task 1 --config my.toml --out DIR --set lr=1e-3 --set num_updates=50
     inferencegym train --out DIR --resume                     # continue from DIR/checkpoint.msgpack
@@ -51,9 +51,9 @@ from inferencegym_jax.files import atomic_write_text, remove_stale_temp_files
 
 # The main job (scripts/run_main.sh): what `train` and `sweep` run when neither --task nor --config
 # names a task. PPO from a uniform start on the newest task 3, where switching configurations pays
-# (configs/train/ppo_task3_v1_main.toml documents the budget and what it scores).
-DEFAULT_TASK = "InferenceGym-Task3-v1"
-DEFAULT_CONFIG = "ppo_task3_v1_main"
+# (configs/train/ppo_task3_v2_main.toml documents the budget and what it scores).
+DEFAULT_TASK = "InferenceGym-Task3-v2"
+DEFAULT_CONFIG = "ppo_task3_v2_main"
 
 # What `train` and `sweep` write in their --out folder.
 RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "episode.png", "eval.json")

@@ -88,3 +88,30 @@ RATE_SCALE_FLOOR = F32(1e-6)
 # observation.scales.
 MAX_COST_GPUS = F32(2.0)
 BYTES_PER_GB = F32(1e9)  # [B/GB], memory is observed in GB
+
+# ----------------------------------------------------------------------------- mixed engine
+# Per-request overhead on TTFT of the mixed engine [s]: 9.36 ms of client-side overhead plus
+# 1.90 ms from arrival to scheduled, measured on a real vLLM 0.11 server (experiments/crosscheck/
+# published_vllm.json, "request_overhead"). Mirrors mixed.MEASURED_REQUEST_OVERHEAD_S.
+MEASURED_REQUEST_OVERHEAD_S = F32(0.00936 + 0.00190)
+# Where the chunk time g(k) is tabulated, as fractions of the chunk [1]. Mirrors
+# iteration.KNOT_FRACTIONS.
+KNOT_FRACTIONS = (1.0 / 32.0, 1.0 / 8.0, 1.0 / 4.0, 1.0 / 2.0, 1.0)
+# Smallest knot spacing a slope divides by [tokens]. Mirrors the 1e-6 of iteration.chunk_time_s.
+MIN_KNOT_WIDTH = F32(1e-6)
+# Prompt-length strata: probability of each [1] and the standard-normal quantile of its middle
+# [standard deviations] (scipy.stats.norm.ppf of 0.2, 0.55, 0.8, 0.94, 0.99). Mirrors
+# strata.LENGTH_STRATA_W and strata.LENGTH_STRATA_Z.
+STRATA_W = np.asarray([0.4, 0.3, 0.2, 0.08, 0.02], F32)
+STRATA_Z = np.asarray([-0.8416212335729142, 0.12566134685507416, 0.8416212335729143, 1.5547735945968535,
+                       2.3263478740408408], F32)
+# The iteration chain's load is kept below this share of the prefill share of full iterations [1].
+# Mirrors fresh_ttft.RHO_CLIP.
+RHO_CLIP = F32(0.9)
+# 3-point Gauss-Legendre rule on [0, 1]: nodes [1] and weights [1] of the average over the
+# position in the iteration in flight. Mirrors fresh_ttft.GL_U and fresh_ttft.GL_W.
+GAUSS_LEGENDRE_U = (0.1127016653792583, 0.5, 0.8872983346207417)
+GAUSS_LEGENDRE_W = (5.0 / 18.0, 8.0 / 18.0, 5.0 / 18.0)
+# Below this total completion hazard [1] the pool's mean presence is its first-order series
+# 1 - h / 2. Mirrors the 1e-4 of mixed.mean_presence.
+PRESENCE_SERIES_BELOW = F32(1e-4)

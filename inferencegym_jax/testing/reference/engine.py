@@ -7,9 +7,9 @@ out-of-memory restarts, for N envs at once.
   prefill_start_s and billed from the request. A fresh engine's first configuration is free.
 * Resident tokens above the KV capacity preempt the newest sequences, an average share of the
   pool (excess / context of every field).
-* Decode: each sequence emits tokens_per_step tokens per step; completions are memoryless, so
-  with e tokens emitted per sequence and m mean remaining output a fraction 1 - exp(-e / m)
-  of the sequences and of the outstanding output finishes.
+* Decode: each sequence emits tokens_per_step tokens per step; completions are memoryless
+  (`emit`), so with e tokens emitted per sequence and m mean remaining output a fraction
+  1 - exp(-e / m) of the sequences and of the outstanding output finishes.
 * Weights + resident KV + reserve above the memory limit: every sequence fails and the engine
   restarts.
 """
@@ -100,6 +100,28 @@ class Decode(NamedTuple):
     tpot_s: np.ndarray
 
 
+def emit(running: Sequences, tokens_per_seq: np.ndarray) -> tuple[Sequences, np.ndarray, np.ndarray]:
+    """Memoryless completions when each sequence of `running` emits `tokens_per_seq` (N,) tokens
+    (serving.engine.emit): with m the mean remaining output, a fraction 1 - exp(-e / m) of the
+    sequences and of the outstanding output finishes. Returns (the pool after, generated
+    [tokens], completed [sequences])."""
+    mean_remaining = np.maximum(safe_div(running.remaining, running.seqs), F32(1.0))
+    done = -np.expm1(-tokens_per_seq / mean_remaining)  # 1 - exp(-e / m), accurate for small e / m
+    left = np.exp(-tokens_per_seq / mean_remaining)
+    generated = running.remaining * done
+    completed = running.seqs * done
+    after = Sequences(running.seqs * left, (running.context + generated) * left, running.remaining * left)
+    return after, generated.astype(F32), completed.astype(F32)
+
+
+def interval_tpot(after: Sequences, completed: np.ndarray, tokens_per_seq: np.ndarray, step_s: np.ndarray,
+                  tokens_per_step: np.ndarray, dt: Any) -> np.ndarray:
+    """[s] wall time per output token of a sequence that emitted `tokens_per_seq` in the interval,
+    at most dt; a lone step's time per token when nothing ran (serving.engine.interval_tpot)."""
+    ran = after.seqs + completed > EPS
+    return np.where(ran, np.minimum(dt / np.maximum(tokens_per_seq, EPS), dt), step_s / tokens_per_step).astype(F32)
+
+
 def decode(
     running: Sequences, decode_s: np.ndarray, tokens_per_step: np.ndarray, config: Any, profile: Any, dt: Any
 ) -> tuple[Sequences, Decode]:
@@ -110,15 +132,9 @@ def decode(
     step_s = roofline.decode_step_time(profile, np.maximum(concurrent, F32(1.0)), context, config.spec_length)
     steps = decode_s / step_s
     tokens_per_seq = steps * tokens_per_step * safe_div(concurrent, running.seqs)  # a sequence waits its turn
-    mean_remaining = np.maximum(safe_div(running.remaining, running.seqs), F32(1.0))
-    done = -np.expm1(-tokens_per_seq / mean_remaining)  # 1 - exp(-e / m), accurate for small e / m
-    left = np.exp(-tokens_per_seq / mean_remaining)
-    generated = running.remaining * done
-    completed = running.seqs * done
-    after = Sequences(running.seqs * left, (running.context + generated) * left, running.remaining * left)
-    ran = after.seqs + completed > EPS
-    tpot = np.where(ran, np.minimum(dt / np.maximum(tokens_per_seq, EPS), dt), step_s / tokens_per_step)
-    return after, Decode(generated.astype(F32), completed.astype(F32), tpot.astype(F32))
+    after, generated, completed = emit(running, tokens_per_seq)
+    tpot = interval_tpot(after, completed, tokens_per_seq, step_s, tokens_per_step, dt)
+    return after, Decode(generated, completed, tpot)
 
 
 class Memory(NamedTuple):

@@ -9,6 +9,7 @@ info["final_observation"].
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -134,7 +135,8 @@ def step_env(state: EnvState, action: np.ndarray, draws: Draws, params: Any, mom
     reward_, components = reward(m, params.reward, params.server, applied, changed)
     terminated = np.zeros(len(time), bool)
     truncated = time >= params.max_steps_in_episode
-    info = {"metrics": m, "arrivals": arrivals, "applied_action": applied, "clipped": clipped,
+    info = {"metrics": m, "arrivals": dataclasses.replace(arrivals, prompt_strata=None),  # strata: an engine input
+            "applied_action": applied, "clipped": clipped,
             "reward_components": components, "discount": 1.0 - terminated.astype(F32)}
     return observe(new_state), new_state, reward_, terminated, truncated, info
 

@@ -32,10 +32,16 @@ def admit_on_time(on_time: OnTime, admitted: Queue, readmitted_seqs: np.ndarray,
                   params: Any) -> OnTime:
     """Add the requests admitted within their TTFT SLO ((N, 3, A) bins) to the good part, the
     others and the readmitted preempted sequences to the late part."""
-    met = ttft_centre_s <= params.ttft_slo_s[None, :, None]
-    late = np.where(met, 0.0, admitted.count).sum(axis=(1, 2)) + readmitted_seqs
-    return OnTime((on_time.seqs + np.where(met, admitted.count, 0.0).sum(axis=2)).astype(F32),
-                  (on_time.remaining + np.where(met, admitted.output, 0.0).sum(axis=2)).astype(F32),
+    met = (ttft_centre_s <= params.ttft_slo_s[None, :, None]).astype(F32)
+    return admit_share_on_time(on_time, admitted, readmitted_seqs, met)
+
+
+def admit_share_on_time(on_time: OnTime, admitted: Queue, readmitted_seqs: np.ndarray, in_slo: np.ndarray) -> OnTime:
+    """`admit_on_time` with the share `in_slo` (N, 3, A) of each bin's admitted requests whose first
+    token came within their class's TTFT SLO (serving.goodput.admit_share_on_time)."""
+    late = ((1.0 - in_slo) * admitted.count).sum(axis=(1, 2)) + readmitted_seqs
+    return OnTime((on_time.seqs + (in_slo * admitted.count).sum(axis=2)).astype(F32),
+                  (on_time.remaining + (in_slo * admitted.output).sum(axis=2)).astype(F32),
                   (on_time.late_seqs + late).astype(F32))
 
 

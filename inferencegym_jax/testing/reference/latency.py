@@ -98,14 +98,27 @@ class Latency(NamedTuple):
     good_tokens: np.ndarray
 
 
+def bin_late_share(ttft: Any, tpot_s: np.ndarray, params: Any) -> np.ndarray:
+    """The fluid engine's SLO outcome per bin, (N, 3, A) of 0 or 1 (serving.latency.bin_late_share):
+    late when the bin's TTFT centre is past its class's TTFT SLO or the TPOT past its TPOT SLO."""
+    late = (ttft.centre_s > params.ttft_slo_s[None, :, None]) | (per_env(tpot_s) > params.tpot_slo_s[None, :, None])
+    return late.astype(F32)
+
+
 def latency_statistics(admitted: Queue, waiting: Queue, ttft: Any, tpot_s: np.ndarray, params: Any) -> Latency:
-    """Percentiles, SLO ratio, late requests and goodput (serving.latency.latency_statistics)."""
+    """Percentiles, SLO ratio, late requests and goodput (serving.latency.latency_statistics), a bin
+    late by `bin_late_share`."""
+    return shared_latency_statistics(admitted, waiting, ttft, bin_late_share(ttft, tpot_s, params), params)
+
+
+def shared_latency_statistics(admitted: Queue, waiting: Queue, ttft: Any, late: np.ndarray, params: Any) -> Latency:
+    """Percentiles, SLO ratio, late requests and goodput (serving.latency.shared_latency_statistics);
+    `late` (N, 3, A) is the share of each bin's admitted requests that miss an SLO."""
     dt = params.dt_s
     ages = np.arange(admitted.count.shape[2], dtype=F32)
     slo = params.ttft_slo_s[None, :, None]
     wait_now = (ages + 0.5) * dt  # still waiting: a lower bound on their TTFT
     adm_n, rest_n = admitted.count, waiting.count
-    late = (ttft.centre_s > slo) | (per_env(tpot_s) > params.tpot_slo_s[None, :, None])
     weight = adm_n + rest_n
     wait_sum = adm_n * ttft.centre_s + rest_n * wait_now
     half_sum = adm_n * ttft.half_width_s + rest_n * 0.5 * dt
@@ -122,6 +135,6 @@ def latency_statistics(admitted: Queue, waiting: Queue, ttft: Any, tpot_s: np.nd
         ttft_p50_s=p50,
         ttft_p99_s=p99,
         ttft_slo_ratio=safe_div(np.sum(ratio, axis=(1, 2)), np.sum(weight, axis=(1, 2))),
-        late=np.sum(np.where(late, adm_n, F32(0.0)), axis=(1, 2)).astype(F32),
-        good_tokens=np.sum(np.where(late, F32(0.0), admitted.output), axis=(1, 2)).astype(F32),
+        late=np.sum(late * adm_n, axis=(1, 2)).astype(F32),
+        good_tokens=np.sum((1.0 - late) * admitted.output, axis=(1, 2)).astype(F32),
     )

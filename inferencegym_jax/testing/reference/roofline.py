@@ -75,6 +75,19 @@ def decode_step_time(p: Profile, batch: np.ndarray, context: np.ndarray, spec_le
     return (verify + spec_length * draft_token_time(p, batch, context) + p.step_overhead_s).astype(F32)
 
 
+def mixed_step_time(p: Profile, batch: Any, context: Any, spec_length: Any, chunk: Any) -> np.ndarray:
+    """One engine iteration [s] decoding `batch` sequences of `context` tokens and prefilling a
+    `chunk`-token prompt chunk in the same forward pass (perf_model.mixed_step_time): the verify
+    tokens and the chunk share the GEMMs; the chunk's causal attention over itself is half of
+    attn_flops_per_token_context per token pair; the drafts only when sequences decode."""
+    verify = batch * (spec_length + 1.0)
+    attention = p.attn_flops_per_token_context * (context * verify + 0.5 * chunk * chunk)
+    lm_head = verify + np.where(chunk > 0, F32(1.0), F32(0.0))
+    forward = forward_time(p, verify + chunk, batch * context + chunk, attention, lm_head)
+    draft = np.where(batch > 0, spec_length * draft_token_time(p, batch, context), F32(0.0))
+    return (forward + draft + p.step_overhead_s).astype(F32)
+
+
 def prefill_time(p: Profile, num_tokens: Any, num_sequences: Any, sum_sq_tokens: Any) -> np.ndarray:
     """One prefill pass [s] over `num_tokens` prompt tokens of `num_sequences` prompts whose
     squared lengths sum to `sum_sq_tokens` (perf_model.prefill_time); 0 without tokens.

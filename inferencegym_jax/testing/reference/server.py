@@ -15,6 +15,13 @@ The phases in order, each the function of the same name in this package (and in 
   admission.age_queue         the admitted removed, the oldest timed out, the rest one older
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
   goodput.*                   the running requests still meeting both SLOs ("completion" accounting)
+
+The mixed engine (params.engine "mixed", module `mixed`) runs on the profile with the measured
+per-request overhead (mixed_profile) and replaces four phases: admission_limits by
+mixed_admission_limits, prefill by mixed_prefill, decode by mixed_decode, and after
+time_to_first_token (kept for the older bins) mixed_first_token gives the fresh bin's law and
+every bin's late share, which goodput.admit_share_on_time and latency.shared_latency_statistics
+take.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from inferencegym_jax.serving import IntervalMetrics, Sequences, ServerState
-from inferencegym_jax.testing.reference import goodput, roofline
+from inferencegym_jax.testing.reference import goodput, mixed, roofline
 from inferencegym_jax.testing.reference.admission import admission_limits, admit, age_queue, enqueue, prefill
-from inferencegym_jax.testing.reference.arrays import safe_div
+from inferencegym_jax.testing.reference.arrays import add_pools, per_env, safe_div
 from inferencegym_jax.testing.reference.constants import EPS, F32, NUM_CLASSES, SECONDS_PER_HOUR
 from inferencegym_jax.testing.reference.engine import (
     Decode,
@@ -37,7 +44,12 @@ from inferencegym_jax.testing.reference.engine import (
     preempt_to_fit,
     reconfigure,
 )
-from inferencegym_jax.testing.reference.latency import Latency, latency_statistics, time_to_first_token
+from inferencegym_jax.testing.reference.latency import (
+    Latency,
+    latency_statistics,
+    shared_latency_statistics,
+    time_to_first_token,
+)
 from inferencegym_jax.traffic.workload import Arrivals
 
 
@@ -45,30 +57,50 @@ def serve_interval(
     state: ServerState, arrivals: Arrivals, config: Any, params: Any
 ) -> tuple[ServerState, IntervalMetrics]:
     """Advance N servers by one interval of params.dt_s seconds (serving.serve_interval; the
-    phases above). `config` is the applied ServingAction, (N,) leaves."""
+    phases above, the mixed engine's where params.engine is "mixed"). `config` is the applied
+    ServingAction, (N,) leaves."""
+    is_mixed = params.engine == "mixed"
     profile = roofline.select_profile(params.profiles, config.quant_tier)
+    if is_mixed:
+        profile = mixed.mixed_profile(profile)
     capacity = roofline.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
     on_time = goodput.scale(state.on_time, goodput.surviving(state.running, running))
     queue = enqueue(state.queue, arrivals)
-    limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
+    if is_mixed:
+        limits, it, law = mixed.mixed_admission_limits(running, preempted, queue, arrivals, engine, capacity, config,
+                                                       profile, params)
+    else:
+        limits = admission_limits(running, preempted, queue, engine, capacity, config, profile, params)
     admission, preempted = admit(queue, preempted, limits)
-    pass_ = prefill(admission, engine, limits, profile)
+    pass_ = mixed.mixed_prefill(admission, engine, it, law) if is_mixed else prefill(admission, engine, limits, profile)
     ttft = time_to_first_token(queue, admission, pass_, engine, limits, profile, params.dt_s)
     re = admission.readmitted
-    running = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
-                        running.remaining + re.remaining + pass_.new_output)
-    on_time = goodput.admit_on_time(on_time, admission.admitted, admission.readmitted.seqs, ttft.centre_s, params)
-    decoding = running
-    running, produced = decode(running, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    if is_mixed:
+        _, ttft_late, binned = mixed.mixed_first_token(ttft, admission, law, it, engine, profile, params)
+        on_time = goodput.admit_share_on_time(on_time, admission.admitted, re.seqs, 1.0 - ttft_late)
+        new = Sequences(re.seqs + pass_.new_requests, pass_.tokens, re.remaining + pass_.new_output)
+        decoding = add_pools(running, new)
+        fresh = np.sum(admission.admitted.count[:, :, 0], axis=1)
+        running, produced = mixed.mixed_decode(running, new, fresh, pass_.decode_s, it.step_s, limits.tokens_per_step,
+                                               config, profile, params.dt_s)
+    else:
+        decoding = Sequences(running.seqs + re.seqs + pass_.new_requests, running.context + pass_.tokens,
+                             running.remaining + re.remaining + pass_.new_output)
+        on_time = goodput.admit_on_time(on_time, admission.admitted, re.seqs, ttft.centre_s, params)
+        running, produced = decode(decoding, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
     on_time, good_tokens, _, late_done = goodput.decode_on_time(on_time, decoding, running, produced.tpot_s, params)
     decoded = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
     on_time = goodput.scale(on_time, goodput.surviving(decoded, running))
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
-    latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
+    if is_mixed:  # a bin's late share: its TTFT CDF's, all of it while TPOT is past its SLO
+        late = np.where(per_env(produced.tpot_s) > params.tpot_slo_s[None, :, None], F32(1.0), ttft_late)
+        latency = shared_latency_statistics(admission.admitted, waiting, binned, late, params)
+    else:
+        latency = latency_statistics(admission.admitted, waiting, ttft, produced.tpot_s, params)
     if params.slo_accounting == "admission":  # decided at admission, the good pool untracked
         on_time, judged, missed, good = state.on_time, pass_.new_requests, latency.late, latency.good_tokens
     else:  # decided at completion

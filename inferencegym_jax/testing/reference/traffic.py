@@ -4,6 +4,11 @@ Per interval and class: a Poisson count of new requests (the draw is an input: `
 sums of their prompt and output lengths from the normal law of a sum of n i.i.d. lengths (mean
 n m1, variance n (m2 - m1^2), kept within [n low, n high]); the summed squared prompts are their
 expectation n m2. A trace schedule replays recorded requests instead and draws nothing.
+
+The arrivals also carry each class's prompt-length strata (the mixed engine's length nodes,
+strata.length_strata): the lengths at STRATA_Z standard deviations of the lognormal with the
+class's law's two moments (of the whole trace's prompts for a trace), relative to their
+STRATA_W-weighted mean.
 """
 
 from __future__ import annotations
@@ -13,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from inferencegym_jax.testing.reference.arrays import to_numpy
-from inferencegym_jax.testing.reference.constants import F32, NUM_CLASSES
+from inferencegym_jax.testing.reference.arrays import safe_div, to_numpy
+from inferencegym_jax.testing.reference.constants import F32, NUM_CLASSES, STRATA_W, STRATA_Z
 from inferencegym_jax.traffic.workload import Arrivals, Draws, WorkloadState
 
 Moments = dict[str, tuple[np.ndarray, np.ndarray]]  # "prompt" / "output" / "burst_prompt" -> (m1, m2), (3,) each
@@ -48,6 +53,26 @@ def length_moments(dist: Any) -> tuple[np.ndarray, np.ndarray]:
         mixture = (1.0 - second_weight) * first + second_weight * second
         moments.append(np.where(d.kind == 0, uniform[k - 1], mixture).astype(F32))
     return moments[0], moments[1]
+
+
+def length_strata(mean: np.ndarray, mean_sq: np.ndarray) -> np.ndarray:
+    """Lengths at the strata relative to their weighted mean, (..., 5) float32, of the lognormal
+    with mean `mean` [tokens] and mean square `mean_sq` [tokens^2] (any equal shapes;
+    strata.strata_of_sums): log-space sd sqrt(log(m2 / m1^2)), 0 for m2 <= m1^2 or no mean."""
+    ratio = np.where(mean > 0, mean_sq / np.maximum(mean * mean, F32(1e-30)), F32(1.0))
+    log_sd = np.sqrt(np.log(np.maximum(ratio, F32(1.0))))
+    shape = np.exp(log_sd[..., None] * STRATA_Z)
+    return (shape / np.sum(STRATA_W * shape, axis=-1, keepdims=True)).astype(F32)
+
+
+def trace_strata(trace: Any) -> np.ndarray:
+    """Each class's length strata over the whole trace's prompts, (3, 5) (workload.trace_strata):
+    the last finite arrival's prefix sums (the trace is padded with +inf)."""
+    last = np.sum(np.isfinite(trace.arrival_s[:, 1:]), axis=1)  # (3,), index 0 is the -inf sentinel
+    rows = np.arange(NUM_CLASSES)
+    count = last.astype(F32)
+    prompt, prompt_sq = trace.prompt_cumsum[rows, last], trace.prompt_sq_cumsum[rows, last]
+    return length_strata(safe_div(prompt, count), safe_div(prompt_sq, count))
 
 
 def burst_on(state: WorkloadState, t_s: Any, params: Any) -> np.ndarray:
@@ -100,7 +125,8 @@ def trace_arrivals(state: WorkloadState, t_s: Any, dt_s: Any, params: Any) -> Ar
         sums = [cs[c][last] - cs[c][first] for cs in (trace.prompt_cumsum, trace.output_cumsum, trace.prompt_sq_cumsum)]
         columns.append([(last - first).astype(F32), *sums])
     count, prompt, output, prompt_sq = (np.stack([col[j] for col in columns], axis=1).astype(F32) for j in range(4))
-    return Arrivals(count, prompt, output, prompt_sq, (np.sum(count, axis=1) / dt_s).astype(F32))
+    strata = np.broadcast_to(trace_strata(trace), count.shape + (len(STRATA_W),))
+    return Arrivals(count, prompt, output, prompt_sq, (np.sum(count, axis=1) / dt_s).astype(F32), strata)
 
 
 def advance(
@@ -117,7 +143,10 @@ def advance(
         burst, burst_sq = sum_of_lengths(draws.z_prompt, count, moments["burst_prompt"], params.burst_prompt)
         prompt, prompt_sq = np.where(in_burst, burst, prompt), np.where(in_burst, burst_sq, prompt_sq)
     output, _ = sum_of_lengths(draws.z_output, count, moments["output"], params.output)
-    arrivals = Arrivals(count, prompt, np.maximum(output, count), prompt_sq, arrival_rate(state, t_s, params))
+    strata = np.broadcast_to(length_strata(*moments["prompt"]), count.shape + (len(STRATA_W),))
+    if params.schedule in ("periodic", "mmpp"):
+        strata = np.where(in_burst[..., None], length_strata(*moments["burst_prompt"]), strata)
+    arrivals = Arrivals(count, prompt, np.maximum(output, count), prompt_sq, arrival_rate(state, t_s, params), strata)
     if params.schedule == "mmpp":  # a burst ends with probability dt / duration, starts with dt / gap
         flip = np.where(state.in_burst, dt_s / params.burst_duration_s, dt_s / params.burst_gap_s)
         state = WorkloadState(in_burst=np.where(draws.u_burst < flip, ~state.in_burst, state.in_burst),
