@@ -177,6 +177,11 @@ def _seeds_row(scores: np.ndarray, reward: np.ndarray, graded: bool) -> dict:
     }
 
 
+def _seeds_ci(row: dict, seeds: int) -> float:
+    """A seeded row's 95% CI: over seeds, or over episodes when one seed leaves none over seeds."""
+    return row["ci95_seeds"] if seeds > 1 else row["ci95_episodes"]
+
+
 def _percent(fraction: float) -> str:
     """A fraction as a whole percentage, "0%" rather than "-0%" for a tiny negative one."""
     pct = 100 * fraction
@@ -191,7 +196,7 @@ def start_lines(results: list[dict]) -> str:
         if start is None or start["score"] is None:
             continue
         line = (f"- {r['task']}: PPO's start (the policy fitted to the causal mpc, before any PPO update) scores "
-                f"{start['score']:.3f} ± {start['ci95_seeds']:.3f}")
+                f"{start['score']:.3f} ± {_seeds_ci(start, r['seeds']):.3f}")
         if "minus_best_static" in start:
             diff, ci = start["minus_best_static"], start["minus_best_static_ci95_episodes"]
             line += f", {diff:+.4f} ± {ci:.4f} over best_static"
@@ -215,7 +220,7 @@ def markdown(results: list[dict]) -> str:
         p = r["policies"]
         graded = p["ppo"]["score"] is not None
         if graded:
-            cells = [f"**{p['ppo']['score']:.3f} ± {p['ppo']['ci95_seeds']:.3f}**"]
+            cells = [f"**{p['ppo']['score']:.3f} ± {_seeds_ci(p['ppo'], r['seeds']):.3f}**"]
             cells += [f"{p[n]['score']:.3f} ± {p[n]['ci95_episodes']:.3f}" if n in p else "n/a" for n in names[1:]]
         else:
             cells = [f"**{p['ppo']['reward']:.4f} ± {p['ppo']['reward_ci95_seeds']:.4f}**"]
@@ -272,7 +277,8 @@ def main() -> None:
         print(markdown(results[-1:]) + ("\n" + start_lines(results[-1:]) if start_lines(results[-1:]) else ""),
               flush=True)
     results = merged_with_earlier(out / "results.json", results)
-    header = (f"Held-out grader score (mean ± 95% CI; PPO: over {args.seeds} seeds, baselines: over episodes), "
+    over = f"over {args.seeds} seeds" if args.seeds > 1 else "one seed, over episodes"
+    header = (f"Held-out grader score (mean ± 95% CI; PPO: {over}, baselines: over episodes), "
               f"{args.episodes} episodes from evaluation_key(0). PPO - best_static: the per-episode score "
               f"difference on the same episodes, averaged over seeds, mean ± 95% CI over episodes. "
               + ("Gap closed: (PPO - best_static) / (mpc_oracle - best_static). " if args.mpc else "")

@@ -21,7 +21,9 @@ PHYSICS_TASK_IDS = [i for i in ig.registered_envs()
 
 # The fast tier (the README's test command) runs the per-task physics tests on the task with the
 # most code paths; the slow tier (`scripts/run_tests.sh --slow`, which CI runs too) on the others.
-FAST_PHYSICS_TASK_ID = "InferenceGym-Task3-v2"
+# (Task3-v2 here took the fast tier from 11 min 54 s to 16 min 1 s of pytest, 2026-12-06: the
+# mixed engine's MPC and grader tests; its parity, golden and engine tests stay in the fast tier.)
+FAST_PHYSICS_TASK_ID = "InferenceGym-Task3-v1"
 
 
 def physics_task_params(task_ids: list[str] | None = None) -> list:

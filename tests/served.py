@@ -21,7 +21,7 @@ import filelock
 import httpx
 import pytest
 
-SERVED_TASK = "InferenceGym-Task1-v1"  # task 1's newest version: what task_id 1 resolves to
+SERVED_TASK = "InferenceGym-Task1-v1"  # the fluid engine's task 1 (its newest version is v2, the mixed engine)
 MAX_SESSIONS = 64
 TASK = SERVED_TASK
 

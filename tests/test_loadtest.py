@@ -32,7 +32,7 @@ LOW, HIGH = 2.0, 12.0  # [req/s] offered: ~13 % and ~80 % of A100 cap 64's 512/1
 @pytest.fixture(scope="module")
 def rows() -> list[dict]:
     """A100, cap 64, fixed 512/128 (LoadPoint's defaults) at LOW and HIGH, and saturation."""
-    return run_loadtest(LoadPoint(), [LOW, HIGH], saturation=True, seed=0, **RUN)
+    return run_loadtest(LoadPoint(engine="fluid"), [LOW, HIGH], saturation=True, seed=0, **RUN)
 
 
 def test_rows_have_the_keys_in_order_and_the_saturation_row_last(rows):
@@ -43,11 +43,11 @@ def test_rows_have_the_keys_in_order_and_the_saturation_row_last(rows):
 
 def test_same_seed_same_rows_another_seed_others_and_no_retrace(rows):
     compiled = loadtest._episodes._cache_size()
-    again = run_loadtest(LoadPoint(), [LOW, HIGH], seed=0, **RUN)
+    again = run_loadtest(LoadPoint(engine="fluid"), [LOW, HIGH], seed=0, **RUN)
     assert again == rows[:2]
-    other = run_loadtest(LoadPoint(), [7.3], seed=1, **RUN)  # another rate and seed: traced values
+    other = run_loadtest(LoadPoint(engine="fluid"), [7.3], seed=1, **RUN)  # another rate and seed: traced values
     assert loadtest._episodes._cache_size() == compiled
-    assert other[0]["rate"] == 7.3 and run_loadtest(LoadPoint(), [LOW], seed=1, **RUN)[0] != rows[0]
+    assert other[0]["rate"] == 7.3 and run_loadtest(LoadPoint(engine="fluid"), [LOW], seed=1, **RUN)[0] != rows[0]
 
 
 def test_low_load_serves_what_arrives_and_waits_one_prefill(rows):
@@ -207,7 +207,8 @@ def test_batches_fold_every_episode_once_in_order_whatever_the_batching(monkeypa
     add = loadtest.Pooled.add
     monkeypatch.setattr(loadtest.Pooled, "add",
                         lambda self, ep: (seen.append((ep.completed, ep.first_token.requests)), add(self, ep)))
-    pooled = {n: loadtest.simulate(LoadPoint(), HIGH, seed=0, batch=4, **{**RUN, "episodes": n}) for n in (4, 7, 8)}
+    pooled = {n: loadtest.simulate(LoadPoint(engine="fluid"), HIGH, seed=0, batch=4, **{**RUN, "episodes": n})
+              for n in (4, 7, 8)}
     assert [p.intervals for p in pooled.values()] == [n * RUN["seconds"] for n in (4, 7, 8)] and len(seen) == 19
     four, seven, eight = seen[:4], seen[4:11], seen[11:]
     same = [np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(seven, eight)]
@@ -220,7 +221,7 @@ def test_rows_do_not_depend_on_the_batch_size(rows):
     """4 episodes in two batches of 2 give rows[0] (one batch of 4) up to float32 rounding: XLA
     compiles each batch shape on its own (another key per episode would move them by percents).
     Slow tier: a second compilation (~5 s)."""
-    two = run_loadtest(LoadPoint(), [LOW], seed=0, batch=2, **RUN)[0]
+    two = run_loadtest(LoadPoint(engine="fluid"), [LOW], seed=0, batch=2, **RUN)[0]
     assert all(two[k] == pytest.approx(rows[0][k], rel=1e-6) for k in ROW_KEYS[1:]), (two, rows[0])
 
 

@@ -214,7 +214,7 @@ def test_grader_route_grades_a_session_log_and_names_bad_fields(server, http):
 
 
 def test_baseline_route_is_reproducible(http):
-    one = http.get("/baseline", params={"task_id": "1", "seed": 3, "episodes": 8})
+    one = http.get("/baseline", params={"task_id": TASK, "seed": 3, "episodes": 8})
     assert one.status_code == 200, one.text
     rows = one.json()["policies"]
     assert [r["policy"] for r in rows] == ["random", "vllm_default", "heuristic", "best_static"]
@@ -373,7 +373,7 @@ def test_the_asgi_module_openenv_yaml_names_serves_under_plain_uvicorn():
     manifest = (ROOT / "openenv.yaml").read_text()
     assert "app: inferencegym_jax.server.asgi:app" in manifest and "range: [-1.0, 1.0]" in manifest
     port = _free_port()
-    env = {**os.environ, "INFERENCEGYM_SERVE_TASKS": "1", "INFERENCEGYM_SERVE_MAX_SESSIONS": "8"}
+    env = {**os.environ, "INFERENCEGYM_SERVE_TASKS": TASK, "INFERENCEGYM_SERVE_MAX_SESSIONS": "8"}
     command = [sys.executable, "-m", "uvicorn", "inferencegym_jax.server.asgi:app", "--host", "127.0.0.1",
                "--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
