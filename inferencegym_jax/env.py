@@ -180,7 +180,9 @@ class InferenceGymEnv:
         Returns obs, state, reward (float32), terminated (bool), truncated (bool), info: the
         interval's `metrics` (serving.IntervalMetrics), its `arrivals` (workload.Arrivals),
         `applied_action` (ServingAction), `clipped` (bool (5,)), `reward_components`,
-        `discount`, and `final_observation` (the observation before the auto-reset).
+        `discount`, `first_token` (serving.RequestLatency: the TTFT distribution of the requests
+        whose first token came in the interval, which `ttft_tally` folds into an episode's) and
+        `final_observation` (the observation before the auto-reset).
 
         Raises:
           ValueError: outside jit, for an action of the wrong shape, dtype or range.
@@ -232,7 +234,8 @@ class InferenceGymEnv:
         t_s = state.time.astype(jnp.float32) * dt
         draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], state.workload, t_s, dt, params.workload)
         wl_state, arrivals = workload.advance(draws, state.workload, t_s, dt, params.workload)
-        server, m = serving.serve_interval(state.server, arrivals, applied, params.server)
+        server, m, first_token = serving.serve_interval(state.server, arrivals, applied, params.server,
+                                                        with_requests=True)
         ema = (1.0 - RATE_EMA_WEIGHT) * state.arrival_rate_ema + RATE_EMA_WEIGHT * jnp.sum(arrivals.count) / dt
         time = state.time + 1
         new_state = EnvState(server, wl_state, time, ema, state.cost_so_far + m.cost_usd, m)
@@ -247,6 +250,7 @@ class InferenceGymEnv:
             "clipped": clipped,
             "reward_components": components,
             "discount": 1.0 - terminated.astype(jnp.float32),
+            "first_token": first_token,
         }
         truncated = time >= params.max_steps_in_episode
         return self.get_obs(new_state, params), new_state, reward_, terminated, truncated, info

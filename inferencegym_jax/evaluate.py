@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from inferencegym_jax import sharding
+from inferencegym_jax import sharding, ttft_tally
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.env import EnvParams, Observation
 from inferencegym_jax.protocols import Controller, Seen, ServingEnvironment, StepOutput
@@ -59,6 +59,9 @@ class Trajectory:
       offered_tokens: float32 (N, T) [tokens], output tokens of the requests that arrived.
       valid: bool (N, T), True for intervals inside the episode (all of them here: episodes
         run exactly to the horizon; graders accept shorter, masked ones).
+      ttft: ttft_tally.TtftTally with leaves (N, ...): per episode, the TTFT distribution of its
+        requests (`play_episode` folds every interval's); None where the intervals' infos did
+        not carry it (a trajectory rebuilt from gymnasium infos).
     """
 
     reward: jax.Array
@@ -68,6 +71,7 @@ class Trajectory:
     clipped: jax.Array
     offered_tokens: jax.Array
     valid: jax.Array
+    ttft: ttft_tally.TtftTally | None = None
 
 
 def episode_keys(key: jax.Array, start: int, count: int) -> jax.Array:
@@ -147,7 +151,8 @@ def default_record(seen: Seen, memory: Any, step: StepOutput) -> Trajectory:
 
 
 def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Controller, key: jax.Array,
-                 num_steps: int, record: Callable[[Seen, Any, StepOutput], Any] = default_record) -> tuple[Seen, Any]:
+                 num_steps: int, record: Callable[[Seen, Any, StepOutput], Any] = default_record,
+                 ) -> tuple[Seen, Any, ttft_tally.TtftTally]:
     """The one episode loop: `num_steps` intervals of `policy` (a Policy or a protocols.Controller)
     from a reset with `key` (no auto-reset inside), the keys of `stream_episode_keys`:
     (k_reset, k_env, k_policy) = split(key, 3), interval t steps with fold_in(k_env, t) and asks
@@ -155,7 +160,8 @@ def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Co
 
     Returns: (what the controller would be shown after the last interval (t = num_steps), the
     records stacked on a leading time axis: `record(seen, memory, step)` of each interval, with
-    the memory after the controller's act and the step's output).
+    the memory after the controller's act and the step's output; the episode's request TTFTs,
+    every interval's `info["first_token"]` folded by `ttft_tally.fold`).
     """
     controller = as_controller(policy)
     k_reset, k_env, k_policy = jax.random.split(key, 3)
@@ -163,23 +169,26 @@ def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Co
     memory = controller.init(key, Seen(jnp.int32(0), obs, state), params)
 
     def body(carry, t):
-        obs, state, memory = carry
+        obs, state, memory, tally = carry
         seen = Seen(t, obs, state)
         action, memory = controller.act(memory, jax.random.fold_in(k_policy, t), seen, params)
         obs, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
         step = StepOutput(t, state, obs, nxt, reward, info)
         out = record(seen, memory, step)
-        return (obs, nxt, controller.update(memory, step, params)), out
+        tally = ttft_tally.fold(tally, info["first_token"])
+        return (obs, nxt, controller.update(memory, step, params), tally), out
 
-    (obs, state, _), records = jax.lax.scan(body, (obs, state, memory), jnp.arange(num_steps))
-    return Seen(jnp.int32(num_steps), obs, state), records
+    carry = (obs, state, memory, ttft_tally.empty())
+    (obs, state, _, tally), records = jax.lax.scan(body, carry, jnp.arange(num_steps))
+    return Seen(jnp.int32(num_steps), obs, state), records, tally
 
 
 def run_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Controller, key: jax.Array,
                 num_steps: int) -> Trajectory:
     """One episode of `num_steps` intervals of `policy` (a Policy or a protocols.Controller) from a
-    reset with `key` (no auto-reset inside): `play_episode`'s Trajectory."""
-    return play_episode(env, params, policy, key, num_steps)[1]
+    reset with `key` (no auto-reset inside): `play_episode`'s Trajectory, its request TTFTs included."""
+    _, trajectory, tally = play_episode(env, params, policy, key, num_steps)
+    return trajectory.replace(ttft=tally)
 
 
 # Episodes per batch are a multiple of this. XLA:CPU vectorises a batch of envs over its SIMD
@@ -277,8 +286,11 @@ class EvalResult:
     Attributes:
       scores: float (N,), grader scores in [0, 1].
       breakdown: dict of float (N,), grader components in [0, 1].
-      metrics: dict of float (N,), per episode: mean tokens_per_s, ttft_p50_s, ttft_p99_s [s],
-        tpot_s [s]; slo_violation_rate (1 - SLO attainment), cost_per_1k [$], total cost_usd
+      metrics: dict of float (N,), per episode: mean tokens_per_s; ttft_p50_s, ttft_p90_s,
+        ttft_p99_s and ttft_mean_s [s] over the episode's requests (`Trajectory.ttft`; NaN when
+        the trajectory has none); tpot_s [s/token], the output-token-weighted mean of the
+        intervals' TPOT (a request's TPOT is the token-weighted mean over the intervals it
+        decodes in); slo_violation_rate (1 - SLO attainment), cost_per_1k [$], total cost_usd
         [$] and output_tokens [tokens], served_fraction, knob_changes.
       feedback: one readable line per episode.
     """
@@ -301,11 +313,20 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
     def per_episode(x: jax.Array) -> jax.Array:
         return jnp.sum(valid * x, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
 
+    episodes = valid.shape[0]
+    if trajectory.ttft is None:
+        ttft_q, ttft_mean = jnp.full((episodes, 3), jnp.nan), jnp.full((episodes,), jnp.nan)
+    else:
+        ttft_q, ttft_mean = ttft_tally.quantiles(trajectory.ttft, (0.5, 0.9, 0.99)), ttft_tally.mean(trajectory.ttft)
+    tokens = valid * m.output_tokens
     metrics = {
         "tokens_per_s": per_episode(m.tokens_per_s),
-        "ttft_p50_s": per_episode(m.ttft_p50_s),
-        "ttft_p99_s": per_episode(m.ttft_p99_s),
-        "tpot_s": per_episode(m.tpot_s),
+        "ttft_p50_s": ttft_q[:, 0],
+        "ttft_p90_s": ttft_q[:, 1],
+        "ttft_p99_s": ttft_q[:, 2],
+        "ttft_mean_s": ttft_mean,
+        "tpot_s": jnp.where(jnp.sum(tokens, axis=1) > 0, jnp.sum(tokens * m.tpot_s, axis=1)
+                            / jnp.maximum(jnp.sum(tokens, axis=1), 1e-9), jnp.nan),
         "slo_violation_rate": 1.0 - g.slo_attainment,
         "cost_per_1k": g.cost_per_1k,
         "cost_usd": jnp.sum(valid * m.cost_usd, axis=1),
@@ -357,7 +378,8 @@ def confidence_interval_95(values: Any) -> float:
 
 
 def summarize(results: dict[str, EvalResult]) -> Any:
-    """One row per policy: mean score, its 95 % CI, breakdown means and key metrics (pandas)."""
+    """One row per policy: mean score, its 95 % CI, breakdown means and key metrics (pandas;
+    the TTFT columns are means over episodes of each episode's request-level statistic)."""
     import numpy as np
     import pandas as pd
 
@@ -374,6 +396,7 @@ def summarize(results: dict[str, EvalResult]) -> Any:
             "tokens/s": float(np.mean(r.metrics["tokens_per_s"])),
             "ttft_p50_s": float(np.mean(r.metrics["ttft_p50_s"])),
             "ttft_p99_s": float(np.mean(r.metrics["ttft_p99_s"])),
+            "ttft_mean_s": float(np.mean(r.metrics["ttft_mean_s"])),
             "slo_violation_rate": float(np.mean(r.metrics["slo_violation_rate"])),
             # over all episodes' tokens: a mean of per-episode ratios would be dominated by
             # episodes that served (almost) nothing

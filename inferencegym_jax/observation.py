@@ -139,9 +139,10 @@ class Observation:
     kv_occupancy: Array = feature("fraction", 0, 1, _fraction, lambda st: st.last.kv_occupancy,
                                   "resident KV tokens / capacity")
     ttft_p50_s: Array = feature("s", 0, INF, lambda x, s: x / (TTFT_SLOS * s.ttft_slo_s),
-                                lambda st: st.last.ttft_p50_s, "median time to first token")
+                                lambda st: st.last.ttft_p50_s,
+                                "median TTFT of the interval's requests (waiting ones at their wait so far)")
     ttft_p99_s: Array = feature("s", 0, INF, lambda x, s: x / (TTFT_SLOS * s.ttft_slo_s),
-                                lambda st: st.last.ttft_p99_s, "99th percentile of time to first token")
+                                lambda st: st.last.ttft_p99_s, "99th percentile of the same")
     tpot_p50_s: Array = feature("s", 0, INF, lambda x, s: x / (TTFT_SLOS * s.tpot_slo_s),
                                 lambda st: st.last.tpot_s, "wall time per output token (stalls included)")
     slo_violation_rate: Array = feature("fraction", 0, 1, _fraction, lambda st: st.last.slo_violation_rate,

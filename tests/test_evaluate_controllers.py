@@ -52,7 +52,7 @@ def test_a_controller_is_played_with_the_keys_every_policy_gets(task):
     def memory(seen, memory, step):
         return memory
 
-    last, memories = evaluate.play_episode(env, params, Tally(best), key, STEPS, memory)
+    last, memories, _ = evaluate.play_episode(env, params, Tally(best), key, STEPS, memory)
     traj = evaluate.run_episode(env, params, baselines.fixed_policy(best), key, STEPS)
     played = evaluate.run_episode(env, params, Tally(best), key, STEPS)
     jax.tree_util.tree_map(np.testing.assert_array_equal, played, traj)  # the same program but for the memory

@@ -17,13 +17,23 @@ def stored():
     return golden.load()
 
 
-@pytest.mark.parametrize("section", sorted(golden.sections()))
+# In the slow tier (the fast tier's 15 minutes): the second PPO section (ppo-Task3 stays fast) and
+# the trace replay on the mixed engine (Task3-v2's sections keep the mixed engine in the fast tier).
+SLOW_SECTIONS = frozenset({"ppo-Task1", "env-Task4-v2", "eval-Task4-v2"})
+
+
+@pytest.mark.parametrize("section", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW_SECTIONS else s
+                                     for s in sorted(golden.sections())])
 def test_section_matches_the_golden_file(section, stored):
     want = golden.stored_section(stored, section)
     assert want, f"no stored arrays for section {section}"
     problems = golden.compare(golden.sections()[section](), want)
     hint = "\n(re-record with `python tests/golden.py --sections ...` only for a deliberate change)"
     assert not problems, "\n".join(problems[:20]) + hint
+
+
+def test_slow_sections_are_sections():
+    assert SLOW_SECTIONS <= set(golden.sections())
 
 
 def test_compare_catches_a_change():

@@ -21,6 +21,7 @@ TINY = ["--set", "num_envs=8", "--set", "num_steps=4", "--set", "num_minibatches
         "--set", "actor_widths=[16]", "--set", "critic_widths=[16]", "--set", "checkpoint_every=2"]
 
 
+@pytest.mark.slow  # ~110 s: trains, evaluates and plots task 1 (the mixed engine's compile)
 def test_train_then_eval_from_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     main(["train", "--task", "1", "--out", str(out), *TINY, "--updates", "3", "--eval-episodes", "4",

@@ -30,12 +30,13 @@ HINDSIGHT_MAX_CONFIGS = 200
 
 def rollout_row(env_id: str, policy_name: str, episodes: int, seed: int) -> dict[str, Any]:
     """Serving metrics of a fixed policy ("default" or "random") on `episodes` held-out
-    episodes: means over episodes and intervals, and the wall time (compile included)."""
+    episodes: TTFT percentiles over every episode's requests, TPOT per output token, the rest
+    means over episodes and intervals; and the wall time (compile included)."""
     import jax
     import numpy as np
 
     import inferencegym_jax as ig
-    from inferencegym_jax import baselines, evaluate, graders
+    from inferencegym_jax import baselines, evaluate, graders, ttft_tally
 
     env, params = ig.make(env_id)
     policy = baselines.random_policy(env) if policy_name == "random" else baselines.fixed_default_policy()
@@ -45,13 +46,15 @@ def rollout_row(env_id: str, policy_name: str, episodes: int, seed: int) -> dict
     seconds = time.perf_counter() - t0
     m = jax.tree_util.tree_map(np.asarray, traj.metrics)
     decided = max(np.sum(getattr(m, graders.judged_field(params)) + m.timeouts + m.failed), 1e-9)
+    pooled = jax.tree_util.tree_map(lambda x: x.sum(axis=0), traj.ttft)  # every episode's requests
+    p50, p99 = np.asarray(ttft_tally.quantiles(pooled, (0.5, 0.99)))
     return {
         "task": env_id,
         "reward": float(np.mean(traj.reward)),
         "tokens/s": float(np.mean(m.tokens_per_s)),
-        "TTFT p50 s": float(np.mean(m.ttft_p50_s)),
-        "TTFT p99 s": float(np.mean(m.ttft_p99_s)),
-        "TPOT ms": 1e3 * float(np.mean(m.tpot_s)),
+        "TTFT p50 s": float(p50),
+        "TTFT p99 s": float(p99),
+        "TPOT ms": 1e3 * float(np.sum(m.tpot_s * m.output_tokens) / max(np.sum(m.output_tokens), 1e-9)),
         "SLO viol": float(np.sum(m.slo_violations) / decided),
         "$/1k tok": float(np.sum(m.cost_usd) / max(np.sum(m.output_tokens), 1e-9) * 1e3),
         "evict/s": float(np.mean(m.evictions)),
@@ -65,7 +68,8 @@ def cmd_rollout(args: argparse.Namespace) -> None:
     import pandas as pd
 
     rows = [rollout_row(env_id, args.policy, args.episodes, args.seed) for env_id in args.task or registered_tasks()]
-    print(f"policy={args.policy} episodes={args.episodes} seed={args.seed} (means over episodes and intervals)")
+    print(f"policy={args.policy} episodes={args.episodes} seed={args.seed} (TTFT over all requests, TPOT per "
+          "output token, the rest means over episodes and intervals)")
     print_frame(pd.DataFrame(rows), index=False)
 
 

@@ -42,7 +42,9 @@ def stack_infos(infos: Sequence[Mapping[str, Any]], axis: int = 0) -> dict[str, 
 
 def trajectory_from_infos(infos: Mapping[str, Any], rewards: Any = None) -> evaluate.Trajectory:
     """An `evaluate.Trajectory` of whole episodes' step infos, for
-    `evaluate.grade_trajectory(trajectory, params, task_id)` and the graders.
+    `evaluate.grade_trajectory(trajectory, params, task_id)` and the graders. The adapters'
+    infos carry no TTFT mixture (`Trajectory.ttft` is None), so the graded metrics' request-level
+    TTFT columns are NaN; the scores and every other metric equal `evaluate.evaluate`'s.
 
     Args:
       infos: step infos stacked (`stack_infos`) to leading axes (episodes, time).

@@ -106,7 +106,7 @@ class ControllerTeacher:
         def record(seen: Seen, memory: tuple[Any, jax.Array], step: StepOutput) -> tuple[jax.Array, ...]:
             return env.flatten_observation(seen.obs, params), memory[1], step.reward
 
-        last, (flats, choices, rewards) = evaluate.play_episode(
+        last, (flats, choices, rewards), _ = evaluate.play_episode(
             env, params, Labelled(self.controller, act, width), key, int(params.max_steps_in_episode), record)
         return Demonstrations(flats, env.flatten_observation(last.obs, params), choices, rewards)
 
