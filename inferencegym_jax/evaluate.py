@@ -315,9 +315,10 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
 
     episodes = valid.shape[0]
     if trajectory.ttft is None:
-        ttft_q, ttft_mean = jnp.full((episodes, 3), jnp.nan), jnp.full((episodes,), jnp.nan)
+        ttft_q = jnp.full((episodes, len(ttft_tally.QUANTILES)), jnp.nan)
+        ttft_mean = jnp.full((episodes,), jnp.nan)
     else:
-        ttft_q, ttft_mean = ttft_tally.quantiles(trajectory.ttft, (0.5, 0.9, 0.99)), ttft_tally.mean(trajectory.ttft)
+        ttft_q, ttft_mean = ttft_tally.quantiles(trajectory.ttft), ttft_tally.mean(trajectory.ttft)  # p50, p90, p99
     tokens = valid * m.output_tokens
     metrics = {
         "tokens_per_s": per_episode(m.tokens_per_s),
