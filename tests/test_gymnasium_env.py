@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import inferencegym_jax as ig
-from inferencegym_jax import evaluate
+from inferencegym_jax import baselines, evaluate
 from inferencegym_jax.observation import OBS_SIZE
 
 gymnasium = pytest.importorskip("gymnasium")
@@ -185,6 +185,11 @@ def test_evaluate_policy_grades_the_evaluators_episodes(short):
     assert seen == [(NUM_ENVS, OBS_SIZE)] * 2 * HORIZON and got.scores.shape == (5,)
     np.testing.assert_allclose(got.scores, want.scores, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(got.metrics["tokens_per_s"], want.metrics["tokens_per_s"], rtol=1e-5)
+    # the request-level TTFT: the adapters tally each episode as evaluate's episode loop does
+    graded = evaluate.evaluate(env, params, baselines.fixed_policy(ACTION), key, 5, TASK)
+    for name in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_mean_s"):
+        assert np.all(np.isfinite(got.metrics[name])), name
+        np.testing.assert_allclose(got.metrics[name], graded.metrics[name], rtol=1e-5, err_msg=name)
 
 
 def test_step_and_reset_compile_once(short):

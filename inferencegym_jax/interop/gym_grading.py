@@ -4,6 +4,7 @@ evaluator's episodes."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,9 +43,10 @@ def stack_infos(infos: Sequence[Mapping[str, Any]], axis: int = 0) -> dict[str, 
 
 def trajectory_from_infos(infos: Mapping[str, Any], rewards: Any = None) -> evaluate.Trajectory:
     """An `evaluate.Trajectory` of whole episodes' step infos, for
-    `evaluate.grade_trajectory(trajectory, params, task_id)` and the graders. The adapters'
-    infos carry no TTFT mixture (`Trajectory.ttft` is None), so the graded metrics' request-level
-    TTFT columns are NaN; the scores and every other metric equal `evaluate.evaluate`'s.
+    `evaluate.grade_trajectory(trajectory, params, task_id)` and the graders. The infos carry no
+    TTFT mixture, so `Trajectory.ttft` is None and the graded request-level TTFT columns are NaN
+    unless the episodes' tallies are attached (`GymnasiumVectorEnv.episode_ttft`, as
+    `evaluate_policy` does); the scores and every other metric equal `evaluate.evaluate`'s.
 
     Args:
       infos: step infos stacked (`stack_infos`) to leading axes (episodes, time).
@@ -94,6 +96,7 @@ def evaluate_policy(
             rewards.append(reward)
         count = min(envs.num_envs, num_episodes - start)
         trajectory = trajectory_from_infos(stack_infos(infos, axis=1), np.stack(rewards, axis=1))
+        trajectory = dataclasses.replace(trajectory, ttft=envs.episode_ttft())  # NEXT_STEP: the episodes just played
         chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], trajectory))
     trajectory = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *chunks)
     return evaluate.grade_trajectory(trajectory, envs.params, envs.task_id)

@@ -7,6 +7,10 @@ one share them. The env is a static argument and params an argument: the adapter
 env with its default params (equal envs compare equal), so every adapter of a task shares the
 compiled programs, and params of the same structure (another horizon, another rate, given as
 params= or as overrides) compile nothing new. Keys: the module docstring of `gymnasium_env`.
+
+The programs' state is an `AdapterState`: the env state and the episode's request TTFT tally
+(`ttft_tally`, folded every interval as `evaluate.play_episode` folds it), so `evaluate_policy`
+grades the request-level TTFT of host-stepped episodes too; the tally is not in the step info.
 """
 
 from __future__ import annotations
@@ -19,28 +23,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax import evaluate, serving
+from inferencegym_jax import evaluate, serving, ttft_tally
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams, EnvState, InferenceGymEnv
 
-__all__ = ["METRIC_NAMES", "output_layout", "select_state", "start_batch", "step_batch"]
+__all__ = ["METRIC_NAMES", "AdapterState", "output_layout", "select_state", "start_batch", "step_batch"]
 
 METRIC_NAMES = tuple(f.name for f in dataclasses.fields(serving.IntervalMetrics))
+AdapterState = tuple[EnvState, ttft_tally.TtftTally]  # the env state, the episode's request TTFTs so far
 
 
-def _start(env: InferenceGymEnv, params: EnvParams, root: jax.Array, episode: jax.Array) -> tuple[jax.Array, EnvState]:
+def _start(env: InferenceGymEnv, params: EnvParams, root: jax.Array,
+           episode: jax.Array) -> tuple[jax.Array, AdapterState]:
     """float32 (OBS_SIZE,) observation and state of the first interval of an episode."""
     obs, state = env.reset_env(evaluate.stream_episode_keys(root, episode)[0], params)
-    return env.flatten_observation(obs, params), state
+    return env.flatten_observation(obs, params), (state, ttft_tally.empty())
 
 
 def _interval(
-    env: InferenceGymEnv, params: EnvParams, state: EnvState, root: jax.Array, episode: jax.Array, action: jax.Array
-) -> tuple[jax.Array, EnvState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
+    env: InferenceGymEnv, params: EnvParams, carried: AdapterState, root: jax.Array, episode: jax.Array,
+    action: jax.Array,
+) -> tuple[jax.Array, AdapterState, jax.Array, jax.Array, jax.Array, dict[str, Any]]:
     """One interval of an episode: obs float32 (OBS_SIZE,), state, reward float32, terminated,
     truncated (bool), and the info arrays of the module docstring."""
+    state, tally = carried
     key = jax.random.fold_in(evaluate.stream_episode_keys(root, episode)[1], state.time)
     obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
+    tally = ttft_tally.fold(tally, info["first_token"])
     m = info["metrics"]
     out = {
         "reward_components": dict(info["reward_components"]),
@@ -50,7 +59,7 @@ def _interval(
         "offered_tokens": jnp.sum(info["arrivals"].output_tokens),
         "timestep": state.time,
     }
-    return env.flatten_observation(obs, params), state, reward, terminated, truncated, out
+    return env.flatten_observation(obs, params), (state, tally), reward, terminated, truncated, out
 
 
 def _pack(tree: Any, batch_dims: int) -> jax.Array:
@@ -80,8 +89,8 @@ class _Layout:
             self.treedef, [packed[..., a:b].reshape(lead + shape).astype(dtype) for a, b, shape, dtype in self.parts])
 
 
-def _outputs(env: InferenceGymEnv, params: EnvParams, state: EnvState, root: jax.Array, episode: jax.Array,
-             action: jax.Array) -> tuple[EnvState, dict[str, Any]]:
+def _outputs(env: InferenceGymEnv, params: EnvParams, state: AdapterState, root: jax.Array, episode: jax.Array,
+             action: jax.Array) -> tuple[AdapterState, dict[str, Any]]:
     """(state, outputs) of one interval: outputs = {obs, reward, terminated, truncated, info}."""
     obs, state, reward, terminated, truncated, info = _interval(env, params, state, root, episode, action)
     return state, {"obs": obs, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
@@ -108,8 +117,8 @@ def start_batch(env: InferenceGymEnv, params: EnvParams, roots: jax.Array, episo
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def step_batch(env: InferenceGymEnv, params: EnvParams, state: EnvState, roots: jax.Array, episodes: jax.Array,
-                actions: jax.Array) -> tuple[EnvState, jax.Array]:
+def step_batch(env: InferenceGymEnv, params: EnvParams, state: AdapterState, roots: jax.Array, episodes: jax.Array,
+                actions: jax.Array) -> tuple[AdapterState, jax.Array]:
     """One interval of N envs, without auto-reset (`GymnasiumVectorEnv` starts the next
     episodes with `start_batch`): (state, `_pack`ed outputs float32 (N, size)).
 
@@ -120,7 +129,7 @@ def step_batch(env: InferenceGymEnv, params: EnvParams, state: EnvState, roots: 
 
 
 @jax.jit
-def select_state(mask: jax.Array, fresh: EnvState, stepped: EnvState) -> EnvState:
+def select_state(mask: jax.Array, fresh: AdapterState, stepped: AdapterState) -> AdapterState:
     """`fresh` where `mask` (bool (N,)), else `stepped`: leaves (N, ...)."""
     return jax.tree_util.tree_map(
         lambda x, y: jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y), fresh, stepped)

@@ -15,7 +15,7 @@ except ImportError as error:  # the adapter is an optional extra
 import jax
 import numpy as np
 
-from inferencegym_jax.env import EnvParams, EnvState
+from inferencegym_jax.env import EnvParams
 from inferencegym_jax.interop.gym_host import (
     MAX_SEED,
     RENDER_MODES,
@@ -26,7 +26,7 @@ from inferencegym_jax.interop.gym_host import (
     make_task,
     to_python,
 )
-from inferencegym_jax.interop.gym_programs import output_layout, start_batch, step_batch
+from inferencegym_jax.interop.gym_programs import AdapterState, output_layout, start_batch, step_batch
 from inferencegym_jax.observation import OBS_SIZE
 from inferencegym_jax.traffic import sampling
 
@@ -62,7 +62,7 @@ class GymnasiumEnv(gymnasium.Env):
         self._horizon = int(self.params.max_steps_in_episode)
         self._root: jax.Array | None = None
         self._episode = 0
-        self._state: EnvState | None = None
+        self._state: AdapterState | None = None
         self._last: tuple[int, float | None, dict[str, Any] | None] = (0, None, None)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:

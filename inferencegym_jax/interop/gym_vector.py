@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from inferencegym_jax.env import EnvParams, EnvState
+from inferencegym_jax import ttft_tally
+from inferencegym_jax.env import EnvParams
 from inferencegym_jax.interop.gym_host import (
     MAX_SEED,
     RENDER_MODES,
@@ -32,7 +33,7 @@ from inferencegym_jax.interop.gym_host import (
     make_task,
     to_python,
 )
-from inferencegym_jax.interop.gym_programs import output_layout, select_state, start_batch, step_batch
+from inferencegym_jax.interop.gym_programs import AdapterState, output_layout, select_state, start_batch, step_batch
 from inferencegym_jax.observation import OBS_SIZE
 from inferencegym_jax.traffic import sampling
 
@@ -78,7 +79,7 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
         self._horizon = int(self.params.max_steps_in_episode)
         self._roots: jax.Array | None = None
         self._episodes: np.ndarray | None = None  # int32 (N,), each env's episode of its stream
-        self._state: EnvState | None = None
+        self._state: AdapterState | None = None
         self._restart = np.zeros(self.num_envs, bool)
         self._last: list[tuple[int, float | None, dict[str, Any] | None]] = [(0, None, None)] * self.num_envs
 
@@ -186,6 +187,18 @@ class GymnasiumVectorEnv(gymnasium.vector.VectorEnv):
             else:
                 one = to_python(jax.tree_util.tree_map(lambda x, i=i: x[i], out["info"]))
                 self._last[i] = (one["timestep"], float(out["reward"][i]), one)
+
+    def episode_ttft(self) -> ttft_tally.TtftTally:
+        """The request TTFTs of each env's episode so far (`ttft_tally.TtftTally`, NumPy leaves
+        with a leading axis N): what `evaluate_policy` grades. With `AutoresetMode.SAME_STEP` an
+        episode's last step has already started the next episode (an empty tally there).
+
+        Raises:
+          ValueError: before the first `reset`.
+        """
+        if self._state is None:
+            raise ValueError("episode_ttft: call reset() first")
+        return jax.tree_util.tree_map(np.asarray, self._state[1])
 
     def render(self) -> tuple[str, ...] | None:
         """One line per env about its last interval for render_mode "ansi", else None."""
