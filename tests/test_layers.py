@@ -20,6 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.traffic.workload",),
     ("inferencegym_jax.traffic",),
     ("inferencegym_jax.serving",),
+    ("inferencegym_jax.fleet",),  # R replicas of the server: routing, vmapped intervals, scaling
     ("inferencegym_jax.validation", "inferencegym_jax.observation", "inferencegym_jax.reward",
      "inferencegym_jax.ttft_tally"),
     ("inferencegym_jax.task_config",),

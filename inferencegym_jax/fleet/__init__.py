@@ -1,0 +1,35 @@
+"""A fleet of replicas of one server: the router, the replicas vmapped, the autoscaler's actuator.
+
+The physics core of the fleet tasks (issue 42): R replicas (static) of `serving.serve_interval`,
+each replica idle, warming (provisioning), serving or draining (`fleet.types`); one interval's
+arrivals split among the serving replicas by routing weights or the least-loaded rule
+(`fleet.routing`); `fleet.physics.fleet_interval` steps them all in one `jax.vmap` and sums the
+fleet's metrics; `fleet.physics.scale_to` starts or drains replicas towards a target count. Pure
+JAX, jit- and vmap-able; a one-replica fleet with weight 1 is the single server.
+"""
+
+from __future__ import annotations
+
+from inferencegym_jax.fleet.physics import (
+    COUNTDOWN_TOLERANCE_S,
+    EMPTY_BELOW_REQUESTS,
+    fleet_interval,
+    scale_to,
+)
+from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares
+from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet, stack_configs
+
+__all__ = [
+    "COUNTDOWN_TOLERANCE_S",
+    "EMPTY_BELOW_REQUESTS",
+    "FleetMetrics",
+    "FleetState",
+    "fleet_interval",
+    "initial_fleet",
+    "least_loaded_weights",
+    "pooled_requests",
+    "route",
+    "scale_to",
+    "shares",
+    "stack_configs",
+]

@@ -1,0 +1,125 @@
+"""The router: one interval's `Arrivals` split among the replicas.
+
+The engine is fluid in counts (`serving`: real-valued expected requests), so a replica given a
+share s of the traffic receives s times every per-class sum: count, prompt and output tokens,
+squared prompt tokens, and the rate. A per-request shape (`Arrivals.prompt_strata`, the prompt
+length at each stratum relative to the mean) is the same for every replica; the strata the mixed
+engine derives from the sums (`strata.strata_of_sums`) are unchanged by a common factor too.
+This is the expected-value split of independent (Bernoulli) routing, which thins a Poisson stream
+into Poisson streams of the shares' rates.
+
+Two rules give the weights:
+  `route` with caller weights (float32 (R,), >= 0): renormalised over the receiving replicas.
+  `least_loaded_weights`: the fluid limit of join-the-shortest-queue within an interval:
+    arrivals fill the least-loaded receiving replicas (`pooled_requests`: queue + running + preempted) up
+    to a common level (water-filling), so the loads after routing are as even as the arrivals
+    allow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+
+from inferencegym_jax.fleet.types import FleetState
+from inferencegym_jax.serving import ServerState
+from inferencegym_jax.traffic.workload import Arrivals
+
+
+def check_weights(weights: Array, num_replicas: int) -> None:
+    """Host-side check of concrete routing weights (inside jit they are clipped instead).
+
+    Raises:
+      ValueError: weights of a shape other than (R,), or a weight negative or not finite.
+    """
+    if np.shape(weights) != (num_replicas,):
+        raise ValueError(f"weights has shape {np.shape(weights)}; allowed: ({num_replicas},), one per replica")
+    if isinstance(weights, jax.core.Tracer):
+        return
+    values = np.asarray(weights, np.float64)
+    if not np.all(np.isfinite(values) & (values >= 0.0)):
+        raise ValueError(f"weights={values.tolist()}: each must be finite and in [0, inf)")
+
+
+def shares(weights: Array, receiving: Array) -> tuple[Array, Array]:
+    """Each replica's share of the traffic and the refused share.
+
+    Args:
+      weights: float32 (R,) routing weights (negative or non-finite ones count as 0).
+      receiving: bool (R,), the replicas that may receive.
+
+    Returns:
+      share: float32 (R,), the weights renormalised over the receiving replicas; if those are
+        all 0, an equal split among the receiving replicas (a router without preference); 0 for
+        the others.
+      lost: float32 scalar, 1 when no replica is receiving (everything refused), else 0.
+    """
+    w = jnp.asarray(weights, jnp.float32)
+    w = jnp.where(receiving & jnp.isfinite(w), jnp.maximum(w, 0.0), 0.0)
+    total = jnp.sum(w)
+    n = jnp.sum(receiving.astype(jnp.float32))
+    even = jnp.where(receiving, 1.0 / jnp.maximum(n, 1.0), 0.0)
+    share = jnp.where(total > 0.0, w / jnp.where(total > 0.0, total, 1.0), even)
+    return share, jnp.where(n > 0.0, 0.0, 1.0).astype(jnp.float32)
+
+
+def scale_arrivals(arrivals: Arrivals, share: Array) -> Arrivals:
+    """`arrivals` split by `share`: leaves (R, 3) for per-class sums, (R,) for the rate, and the
+    prompt strata (a per-request shape) repeated on a leading axis R (or None)."""
+    r = share.shape[0]
+    strata = arrivals.prompt_strata
+    return Arrivals(
+        count=share[:, None] * arrivals.count[None, :],
+        prompt_tokens=share[:, None] * arrivals.prompt_tokens[None, :],
+        output_tokens=share[:, None] * arrivals.output_tokens[None, :],
+        prompt_sq_tokens=share[:, None] * arrivals.prompt_sq_tokens[None, :],
+        rate=share * arrivals.rate,
+        prompt_strata=None if strata is None else jnp.broadcast_to(strata, (r, *jnp.shape(strata))),
+    )
+
+
+def route(arrivals: Arrivals, weights: Array, receiving: Array) -> tuple[Arrivals, Arrivals]:
+    """Split one interval's arrivals among the replicas by `weights` (see `shares`).
+
+    Args:
+      arrivals: workload.Arrivals of the fleet, (3,) leaves.
+      weights: float32 (R,) [dimensionless] routing weights, >= 0.
+      receiving: bool (R,), the replicas that may receive (active, not draining).
+
+    Returns:
+      per_replica: Arrivals with a leading axis R (see `scale_arrivals`); zeros where not receiving.
+      lost: Arrivals (3,) refused for want of a receiving replica (all of them or none), with
+        no prompt strata. Per class, the replicas' counts and token sums add up to the fleet's
+        minus `lost`'s (to float32 rounding).
+    """
+    share, lost_share = shares(weights, receiving)
+    lost = dataclasses.replace(scale_arrivals(arrivals, lost_share[None]), prompt_strata=None)
+    lost = jax.tree_util.tree_map(lambda x: x[0], lost)
+    return scale_arrivals(arrivals, share), lost
+
+
+def pooled_requests(servers: ServerState) -> Array:
+    """float32 (R,) [requests] each replica holds: waiting + running + preempted."""
+    return jnp.sum(servers.queue.count, axis=(-2, -1)) + servers.running.seqs + servers.preempted.seqs
+
+
+def least_loaded_weights(state: FleetState, arrivals: Arrivals) -> Array:
+    """Routing weights of the least-loaded rule: float32 (R,) [requests], the arrivals each
+    receiving replica gets by water-filling its load (`pooled_requests`) up to the common level h
+    with sum_r max(h - load_r, 0) = the interval's arrivals; 0 for the others.
+
+    h = min over k of (arrivals + sum of the k smallest loads) / k: for every k the k smallest
+    loads need at least k h - (their sum) <= arrivals, with equality for the k replicas below h.
+    With no arrivals every weight is 0 (`shares` then splits nothing evenly).
+    """
+    receiving = state.receiving
+    load = jnp.where(receiving, pooled_requests(state.servers), 0.0)
+    n = jnp.sum(arrivals.count)
+    ordered = jnp.sort(jnp.where(receiving, load, jnp.inf))
+    k = jnp.arange(1, ordered.shape[0] + 1, dtype=jnp.float32)
+    level = jnp.min((n + jnp.cumsum(ordered)) / k)  # inf where no replica receives
+    return jnp.where(receiving, jnp.maximum(jnp.where(receiving, level, 0.0) - load, 0.0), 0.0)
