@@ -59,9 +59,10 @@ class Trajectory:
       offered_tokens: float32 (N, T) [tokens], output tokens of the requests that arrived.
       valid: bool (N, T), True for intervals inside the episode (all of them here: episodes
         run exactly to the horizon; graders accept shorter, masked ones).
-      ttft: ttft_tally.TtftTally with leaves (N, ...): per episode, the TTFT distribution of its
-        requests (`play_episode` folds every interval's); None where the intervals' infos did
-        not carry it (a trajectory rebuilt from gymnasium infos).
+
+    Every leaf has the (N, T) axes, so a trajectory can be sliced in time with one tree_map. An
+    episode's request TTFTs (a per-episode quantity) travel beside it: `run_episodes(...,
+    with_ttft=True)` returns them, `grade_trajectory(..., ttft=...)` reads them.
     """
 
     reward: jax.Array
@@ -71,7 +72,6 @@ class Trajectory:
     clipped: jax.Array
     offered_tokens: jax.Array
     valid: jax.Array
-    ttft: ttft_tally.TtftTally | None = None
 
 
 def episode_keys(key: jax.Array, start: int, count: int) -> jax.Array:
@@ -184,11 +184,12 @@ def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Co
 
 
 def run_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Controller, key: jax.Array,
-                num_steps: int) -> Trajectory:
+                num_steps: int, with_ttft: bool = False) -> Any:
     """One episode of `num_steps` intervals of `policy` (a Policy or a protocols.Controller) from a
-    reset with `key` (no auto-reset inside): `play_episode`'s Trajectory, its request TTFTs included."""
+    reset with `key` (no auto-reset inside): `play_episode`'s Trajectory, or with `with_ttft`
+    (static) the pair (Trajectory, the episode's `ttft_tally.TtftTally`)."""
     _, trajectory, tally = play_episode(env, params, policy, key, num_steps)
-    return trajectory.replace(ttft=tally)
+    return (trajectory, tally) if with_ttft else trajectory
 
 
 # Episodes per batch are a multiple of this. XLA:CPU vectorises a batch of envs over its SIMD
@@ -200,15 +201,15 @@ BATCH_MULTIPLE = 8
 # Compiled programs are cached by the env (equal envs compare equal: `InferenceGymEnv.__eq__`),
 # the policy's structure and static fields, num_steps and the shapes of params and keys; so
 # evaluating the same task again, from a fresh `make`, compiles nothing.
-@functools.partial(jax.jit, static_argnames=("env", "num_steps"))
-def _run_batch(env, params, policy, keys, num_steps):
-    return jax.vmap(lambda k: run_episode(env, params, policy, k, num_steps))(keys)
+@functools.partial(jax.jit, static_argnames=("env", "num_steps", "with_ttft"))
+def _run_batch(env, params, policy, keys, num_steps, with_ttft=False):
+    return jax.vmap(lambda k: run_episode(env, params, policy, k, num_steps, with_ttft))(keys)
 
 
-@functools.partial(jax.jit, static_argnames=("env", "num_steps", "mesh"))
-def _run_batch_sharded(env, params, policy, keys, num_steps, mesh):
-    def run(k: jax.Array, p: EnvParams, pol: Any) -> Trajectory:
-        return jax.vmap(lambda k1: run_episode(env, p, pol, k1, num_steps))(k)
+@functools.partial(jax.jit, static_argnames=("env", "num_steps", "mesh", "with_ttft"))
+def _run_batch_sharded(env, params, policy, keys, num_steps, mesh, with_ttft=False):
+    def run(k: jax.Array, p: EnvParams, pol: Any) -> Any:
+        return jax.vmap(lambda k1: run_episode(env, p, pol, k1, num_steps, with_ttft))(k)
 
     return sharding.split_leading(run, mesh, replicated=(1, 2))(keys, params, policy)
 
@@ -223,8 +224,11 @@ def run_episodes(
     batch_size: int | None = None,
     num_steps: int | None = None,
     devices: int | Sequence[jax.Device] | None = None,
-) -> Trajectory:
-    """Episodes 0 .. num_episodes-1 of `policy`, episode i from fold_in(key, i).
+    with_ttft: bool = False,
+) -> Any:
+    """Episodes 0 .. num_episodes-1 of `policy`, episode i from fold_in(key, i): their Trajectory,
+    or with `with_ttft` (Trajectory, `ttft_tally.TtftTally` with leaves (N, ...): each episode's
+    request TTFTs, for `grade_trajectory`).
 
     Args:
       batch_size: episodes per jitted call (default: all at once). Batches run padded to a
@@ -250,10 +254,10 @@ def run_episodes(
         sharding.require_every_process(mesh, "devices")
     policy = as_policy_pytree(policy)
 
-    def run_batch(keys: jax.Array, start: int, count: int) -> Trajectory:
+    def run_batch(keys: jax.Array, start: int, count: int) -> Any:
         if mesh is None:
-            return _run_batch(env, params, policy, keys, num_steps)
-        out = _run_batch_sharded(env, params, policy, sharding.shard_leading(keys, mesh), num_steps, mesh)
+            return _run_batch(env, params, policy, keys, num_steps, with_ttft)
+        out = _run_batch_sharded(env, params, policy, sharding.shard_leading(keys, mesh), num_steps, mesh, with_ttft)
         return sharding.gather(out)  # several processes: each gets every episode
 
     lanes = BATCH_MULTIPLE * (1 if mesh is None else mesh.size)
@@ -287,8 +291,8 @@ class EvalResult:
       scores: float (N,), grader scores in [0, 1].
       breakdown: dict of float (N,), grader components in [0, 1].
       metrics: dict of float (N,), per episode: mean tokens_per_s; ttft_p50_s, ttft_p90_s,
-        ttft_p99_s and ttft_mean_s [s] over the episode's requests (`Trajectory.ttft`; NaN when
-        the trajectory has none); tpot_s [s/token], the output-token-weighted mean of the
+        ttft_p99_s and ttft_mean_s [s] over the episode's requests (`grade_trajectory`'s `ttft`;
+        NaN without it); tpot_s [s/token], the output-token-weighted mean of the
         intervals' TPOT (a request's TPOT is the token-weighted mean over the intervals it
         decodes in); slo_violation_rate (1 - SLO attainment), cost_per_1k [$], total cost_usd
         [$] and output_tokens [tokens], served_fraction, knob_changes.
@@ -301,8 +305,10 @@ class EvalResult:
     feedback: list[str] = struct.field(pytree_node=False, default_factory=list)
 
 
-def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) -> EvalResult:
-    """Grade a batch of episodes and collect the key metrics (host side)."""
+def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str,
+                     ttft: ttft_tally.TtftTally | None = None) -> EvalResult:
+    """Grade a batch of episodes and collect the key metrics (host side); `ttft`: the episodes'
+    request TTFTs (`run_episodes(..., with_ttft=True)`), else the TTFT columns are NaN."""
     import numpy as np
 
     from inferencegym_jax import graders
@@ -314,11 +320,11 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str) ->
         return jnp.sum(valid * x, axis=1) / jnp.maximum(jnp.sum(valid, axis=1), 1.0)
 
     episodes = valid.shape[0]
-    if trajectory.ttft is None:
+    if ttft is None:
         ttft_q = jnp.full((episodes, len(ttft_tally.QUANTILES)), jnp.nan)
         ttft_mean = jnp.full((episodes,), jnp.nan)
     else:
-        ttft_q, ttft_mean = ttft_tally.quantiles(trajectory.ttft), ttft_tally.mean(trajectory.ttft)  # p50, p90, p99
+        ttft_q, ttft_mean = ttft_tally.quantiles(ttft), ttft_tally.mean(ttft)  # p50, p90, p99
     tokens = valid * m.output_tokens
     metrics = {
         "tokens_per_s": per_episode(m.tokens_per_s),
@@ -360,8 +366,9 @@ def evaluate(
     """Run and grade `num_episodes` episodes of `policy` (episode i from fold_in(key, i)),
     split across `devices` as `run_episodes` does (with several processes: every process grades
     every episode)."""
-    traj = run_episodes(env, params, policy, key, num_episodes, batch_size=batch_size, devices=devices)
-    return grade_trajectory(traj, params, task_id)
+    traj, ttft = run_episodes(env, params, policy, key, num_episodes, batch_size=batch_size, devices=devices,
+                              with_ttft=True)
+    return grade_trajectory(traj, params, task_id, ttft)
 
 
 def confidence_interval_95(values: Any) -> float:

@@ -135,8 +135,13 @@ def test_info_carries_step_metrics_and_reward_components(task):
     _, state = env.reset(key, params)
     _, _, reward, _, _, info = jax.jit(env.step)(key, state, env.action_space(params).sample(key), params)
     assert set(info) == {"metrics", "arrivals", "applied_action", "clipped", "reward_components", "discount",
-                         "final_observation"}, "info holds each quantity once"
+                         "first_token", "final_observation"}, "info holds each quantity once"
     chex.assert_tree_all_finite((info["metrics"], info["arrivals"]))
+    first = info["first_token"]  # components of no request carry arbitrary parameters
+    for ends, weight in ((first[:2], first.requests), (first[3:5], first.exp_requests)):
+        assert all(bool(np.isfinite(np.asarray(e))[np.asarray(weight) > 0].all()) for e in ends)
+    assert float(np.sum(first.requests) + np.sum(first.exp_requests)) == pytest.approx(
+        float(info["metrics"].admitted), rel=1e-5, abs=1e-4)  # a first token for every admitted request
     assert info["arrivals"].count.shape == (3,)
     comps = info["reward_components"]
     assert set(comps) == {"throughput", "latency", "violations", "cost", "stability"}

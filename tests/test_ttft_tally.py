@@ -84,8 +84,9 @@ def test_empty_components_with_nan_parameters_change_nothing():
 
 
 def test_evaluation_reports_the_episodes_request_quantiles():
-    """`run_episode` folds every interval's info["first_token"]: its tally is the one the
-    intervals' mixtures give, and `grade_trajectory` reports its quantiles per episode."""
+    """The episode loop folds every interval's info["first_token"]: its tally is the one the
+    intervals' mixtures give, `run_episodes(with_ttft=True)` returns it beside the trajectory and
+    `grade_trajectory` reports its quantiles per episode."""
     task = "InferenceGym-Task3-v2"
     env, params = ig.make(task)
     steps = 60
@@ -99,10 +100,12 @@ def test_evaluation_reports_the_episodes_request_quantiles():
     per_step = [jax.tree_util.tree_map(lambda x, t=t: x[t], parts) for t in range(steps)]
     want = exact_quantiles(per_step, ttft_tally.QUANTILES)
     np.testing.assert_array_less(np.abs(np.asarray(ttft_tally.quantiles(tally)) / want - 1.0), CELL)
-    trajectory = evaluate.run_episodes(env, params, policy, evaluate.evaluation_key(0), 2, num_steps=steps)
-    first = jax.tree_util.tree_map(lambda x: x[0], trajectory.ttft)  # a batch of 8 lanes: float32 rounding apart
+    trajectory, ttft = evaluate.run_episodes(env, params, policy, evaluate.evaluation_key(0), 2, num_steps=steps,
+                                             with_ttft=True)
+    first = jax.tree_util.tree_map(lambda x: x[0], ttft)  # a batch of 8 lanes: float32 rounding apart
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-3), first, tally)
-    m = evaluate.grade_trajectory(trajectory, params, task).metrics
+    assert np.isnan(evaluate.grade_trajectory(trajectory, params, task).metrics["ttft_p99_s"]).all()  # none given
+    m = evaluate.grade_trajectory(trajectory, params, task, ttft).metrics
     np.testing.assert_allclose([m[k][0] for k in ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s")],
                                np.asarray(ttft_tally.quantiles(first)), rtol=1e-6)
     assert np.all(m["ttft_p50_s"] <= m["ttft_p90_s"]) and np.all(m["ttft_p90_s"] <= m["ttft_p99_s"])

@@ -41,12 +41,12 @@ def rollout_row(env_id: str, policy_name: str, episodes: int, seed: int) -> dict
     env, params = ig.make(env_id)
     policy = baselines.random_policy(env) if policy_name == "random" else baselines.fixed_default_policy()
     t0 = time.perf_counter()
-    traj = evaluate.run_episodes(env, params, policy, evaluate.evaluation_key(seed), episodes)
-    jax.block_until_ready(traj)
+    traj, ttft = evaluate.run_episodes(env, params, policy, evaluate.evaluation_key(seed), episodes, with_ttft=True)
+    jax.block_until_ready((traj, ttft))
     seconds = time.perf_counter() - t0
     m = jax.tree_util.tree_map(np.asarray, traj.metrics)
     decided = max(np.sum(getattr(m, graders.judged_field(params)) + m.timeouts + m.failed), 1e-9)
-    pooled = jax.tree_util.tree_map(lambda x: x.sum(axis=0), traj.ttft)  # every episode's requests
+    pooled = jax.tree_util.tree_map(lambda x: x.sum(axis=0), ttft)  # every episode's requests
     p50, p99 = np.asarray(ttft_tally.quantiles(pooled, (0.5, 0.99)))
     return {
         "task": env_id,

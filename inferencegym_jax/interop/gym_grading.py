@@ -4,7 +4,6 @@ evaluator's episodes."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -44,9 +43,9 @@ def stack_infos(infos: Sequence[Mapping[str, Any]], axis: int = 0) -> dict[str, 
 def trajectory_from_infos(infos: Mapping[str, Any], rewards: Any = None) -> evaluate.Trajectory:
     """An `evaluate.Trajectory` of whole episodes' step infos, for
     `evaluate.grade_trajectory(trajectory, params, task_id)` and the graders. The infos carry no
-    TTFT mixture, so `Trajectory.ttft` is None and the graded request-level TTFT columns are NaN
-    unless the episodes' tallies are attached (`GymnasiumVectorEnv.episode_ttft`, as
-    `evaluate_policy` does); the scores and every other metric equal `evaluate.evaluate`'s.
+    TTFT mixture: grade with the episodes' tallies (`GymnasiumVectorEnv.episode_ttft`, as
+    `evaluate_policy` does) for the request-level TTFT columns (NaN without); the scores and every
+    other metric equal `evaluate.evaluate`'s.
 
     Args:
       infos: step infos stacked (`stack_infos`) to leading axes (episodes, time).
@@ -96,8 +95,8 @@ def evaluate_policy(
             rewards.append(reward)
         count = min(envs.num_envs, num_episodes - start)
         trajectory = trajectory_from_infos(stack_infos(infos, axis=1), np.stack(rewards, axis=1))
-        trajectory = dataclasses.replace(trajectory, ttft=envs.episode_ttft())  # NEXT_STEP: the episodes just played
-        chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], trajectory))
-    trajectory = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *chunks)
-    return evaluate.grade_trajectory(trajectory, envs.params, envs.task_id)
+        played = (trajectory, envs.episode_ttft())  # NEXT_STEP: the tallies of the episodes just played
+        chunks.append(jax.tree_util.tree_map(lambda x, count=count: x[:count], played))
+    trajectory, ttft = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *chunks)
+    return evaluate.grade_trajectory(trajectory, envs.params, envs.task_id, ttft)
 

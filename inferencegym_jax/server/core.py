@@ -201,8 +201,8 @@ def _evaluate_bounded(pool: TaskPool, policy: Policy, key: jax.Array, episodes: 
     parts = []
     for start in range(0, episodes, BASELINE_BATCH):
         keys = evaluate.episode_keys(key, start, BASELINE_BATCH)
-        traj = evaluate._run_batch(pool.env, pool.params, policy, keys, steps)  # run_episodes' program
-        graded = evaluate.grade_trajectory(traj, pool.params, pool.task_id)
+        traj, ttft = evaluate._run_batch(pool.env, pool.params, policy, keys, steps, True)  # run_episodes' program
+        graded = evaluate.grade_trajectory(traj, pool.params, pool.task_id, ttft)
         count = min(BASELINE_BATCH, episodes - start)
         parts.append(jax.tree_util.tree_map(lambda x, count=count: np.asarray(x)[:count],
                                             (graded.scores, graded.breakdown, graded.metrics)))
