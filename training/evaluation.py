@@ -92,8 +92,8 @@ def evaluate_against_baselines(
     key = evaluate.evaluation_key(eval_seed)
     results, rewards = {}, {}
     for name, (env, policy) in policies.items():
-        traj = evaluate.run_episodes(env, params, policy, key, num_episodes)
-        results[name] = evaluate.grade_trajectory(traj, params, task_id)
+        traj, ttft = evaluate.run_episodes(env, params, policy, key, num_episodes, with_ttft=True)
+        results[name] = evaluate.grade_trajectory(traj, params, task_id, ttft)
         rewards[name] = np.asarray(traj.reward).mean(axis=1)
     table = evaluate.summarize(results)
     table.insert(2, "reward", [float(rewards[name].mean()) for name in table.index])
