@@ -326,18 +326,19 @@ def grade_trajectory(trajectory: Trajectory, params: EnvParams, task_id: str,
     else:
         ttft_q, ttft_mean = ttft_tally.quantiles(ttft), ttft_tally.mean(ttft)  # p50, p90, p99
     tokens = valid * m.output_tokens
+    episode_tokens = jnp.sum(tokens, axis=1)
     metrics = {
         "tokens_per_s": per_episode(m.tokens_per_s),
         "ttft_p50_s": ttft_q[:, 0],
         "ttft_p90_s": ttft_q[:, 1],
         "ttft_p99_s": ttft_q[:, 2],
         "ttft_mean_s": ttft_mean,
-        "tpot_s": jnp.where(jnp.sum(tokens, axis=1) > 0, jnp.sum(tokens * m.tpot_s, axis=1)
-                            / jnp.maximum(jnp.sum(tokens, axis=1), 1e-9), jnp.nan),
+        "tpot_s": jnp.where(episode_tokens > 0, jnp.sum(tokens * m.tpot_s, axis=1) / jnp.maximum(episode_tokens, 1e-9),
+                            jnp.nan),
         "slo_violation_rate": 1.0 - g.slo_attainment,
         "cost_per_1k": g.cost_per_1k,
         "cost_usd": jnp.sum(valid * m.cost_usd, axis=1),
-        "output_tokens": jnp.sum(valid * m.output_tokens, axis=1),
+        "output_tokens": episode_tokens,
         "served_fraction": g.served_fraction,
         "knob_changes": g.knob_changes,
     }
