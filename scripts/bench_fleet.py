@@ -39,59 +39,60 @@ from inferencegym_jax.traffic import workload
 TASK = "InferenceGym-Task1-v2"
 
 
-def single_program(params: Any, servers: int, steps: int) -> Callable[[jax.Array], jax.Array]:
-    """`servers` independent servers for `steps` intervals: the summed completions."""
-    sp, wp, action = params.server, params.workload, params.default_action
-    horizon_s = steps * sp.dt_s
+def program(params: Any, workload_params: Any, units: int, steps: int, initial: Callable[[], Any],
+            serve: Callable[[Any, Any], tuple[Any, jax.Array]]) -> Callable[[jax.Array], jax.Array]:
+    """`units` (servers or fleets) for `steps` intervals, each interval's arrivals drawn by the
+    workload `workload_params` per unit: the summed completions. `initial()`: the units' first
+    state (leading axis `units`, built inside the program, not baked in as a constant);
+    `serve(state, arrivals)` -> (state, completed) of one unit."""
+    dt = params.server.dt_s
 
     def run(key: jax.Array) -> jax.Array:
-        keys = jax.random.split(key, servers)
-        traffic = jax.vmap(lambda k: workload.init(k, wp, horizon_s))(keys)
-        state = jax.vmap(lambda _: serving.initial_state(action, sp.num_age_buckets))(jnp.arange(servers))
+        keys = jax.random.split(key, units)
+        traffic = jax.vmap(lambda k: workload.init(k, workload_params, steps * dt))(keys)
 
         def body(carry: Any, t: jax.Array) -> tuple[Any, jax.Array]:
             state, traffic = carry
             ks = jax.vmap(lambda k: jax.random.fold_in(k, t))(keys)
-            traffic, arrivals = jax.vmap(lambda k, w: workload.step(k, w, t * sp.dt_s, sp.dt_s, wp))(ks, traffic)
-            state, m = jax.vmap(serving.serve_interval, in_axes=(0, 0, None, None))(state, arrivals, action, sp)
-            return (state, traffic), jnp.sum(m.completed)
+            traffic, arrivals = jax.vmap(lambda k, w: workload.step(k, w, t * dt, dt, workload_params))(ks, traffic)
+            state, completed = jax.vmap(serve)(state, arrivals)
+            return (state, traffic), jnp.sum(completed)
 
-        _, done = jax.lax.scan(body, (state, traffic), jnp.arange(steps, dtype=jnp.float32))
+        _, done = jax.lax.scan(body, (initial(), traffic), jnp.arange(steps, dtype=jnp.float32))
         return jnp.sum(done)
 
     return jax.jit(run)
+
+
+def single_program(params: Any, servers: int, steps: int) -> Callable[[jax.Array], jax.Array]:
+    """`servers` independent servers at the task's rate."""
+    sp, action = params.server, params.default_action
+    def initial() -> Any:
+        return jax.vmap(lambda _: serving.initial_state(action, sp.num_age_buckets))(jnp.arange(servers))
+
+    def serve(state: Any, arrivals: Any) -> tuple[Any, jax.Array]:
+        state, m = serving.serve_interval(state, arrivals, action, sp)
+        return state, m.completed
+
+    return program(params, params.workload, servers, steps, initial, serve)
 
 
 def fleet_program(params: Any, fleets: int, replicas: int, steps: int,
                   routing: str) -> Callable[[jax.Array], jax.Array]:
-    """`fleets` fleets of `replicas` active replicas for `steps` intervals: the summed completions."""
+    """`fleets` fleets of `replicas` active replicas, each fleet at `replicas` x the task's rate."""
     sp, action = params.server, params.default_action
     wp = params.workload.replace(base_rate=params.workload.base_rate * replicas)  # one replica's load each
-    horizon_s = steps * sp.dt_s
-
-    def run(key: jax.Array) -> jax.Array:
-        keys = jax.random.split(key, fleets)
-        traffic = jax.vmap(lambda k: workload.init(k, wp, horizon_s))(keys)
-        state = jax.vmap(lambda _: fleet.initial_fleet(action, sp.num_age_buckets, replicas, replicas))(
+    def initial() -> Any:
+        return jax.vmap(lambda _: fleet.initial_fleet(action, sp.num_age_buckets, replicas, replicas))(
             jnp.arange(fleets))
 
-        def one(state: fleet.FleetState, arrivals: Any) -> tuple[fleet.FleetState, jax.Array]:
-            weights = (fleet.least_loaded_weights(state, arrivals) if routing == "least_loaded"
-                       else jnp.ones((replicas,), jnp.float32))
-            state, m = fleet.fleet_interval(state, arrivals, weights, action, sp)
-            return state, m.completed
+    def serve(state: fleet.FleetState, arrivals: Any) -> tuple[fleet.FleetState, jax.Array]:
+        weights = (fleet.least_loaded_weights(state, arrivals) if routing == "least_loaded"
+                   else jnp.ones((replicas,), jnp.float32))
+        state, m = fleet.fleet_interval(state, arrivals, weights, action, sp)
+        return state, m.completed
 
-        def body(carry: Any, t: jax.Array) -> tuple[Any, jax.Array]:
-            state, traffic = carry
-            ks = jax.vmap(lambda k: jax.random.fold_in(k, t))(keys)
-            traffic, arrivals = jax.vmap(lambda k, w: workload.step(k, w, t * sp.dt_s, sp.dt_s, wp))(ks, traffic)
-            state, completed = jax.vmap(one)(state, arrivals)
-            return (state, traffic), jnp.sum(completed)
-
-        _, done = jax.lax.scan(body, (state, traffic), jnp.arange(steps, dtype=jnp.float32))
-        return jnp.sum(done)
-
-    return jax.jit(run)
+    return program(params, wp, fleets, steps, initial, serve)
 
 
 def timed(program: Callable[[jax.Array], jax.Array], key: jax.Array) -> tuple[float, float]:
