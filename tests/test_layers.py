@@ -20,21 +20,28 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.traffic.workload",),
     ("inferencegym_jax.traffic",),
     ("inferencegym_jax.serving",),
-    ("inferencegym_jax.fleet",),  # R replicas of the server: routing, vmapped intervals, scaling
+    # R replicas of the server: routing, vmapped intervals, scaling; a day of real load
+    ("inferencegym_jax.fleet.types", "inferencegym_jax.fleet.routing", "inferencegym_jax.fleet.physics",
+     "inferencegym_jax.fleet.day_traffic"),
     ("inferencegym_jax.validation", "inferencegym_jax.observation", "inferencegym_jax.reward",
      "inferencegym_jax.ttft_tally"),
     ("inferencegym_jax.task_config",),
     ("inferencegym_jax.param_checks",),
     ("inferencegym_jax.env",),
+    ("inferencegym_jax.fleet.env",),  # the fleet env: an autoscaler and a router over the fleet
     ("inferencegym_jax.tasks",),
+    ("inferencegym_jax.fleet.tasks",),
+    ("inferencegym_jax.registry",),  # `make` of every id, servers and fleets
     ("inferencegym_jax.sharding", "inferencegym_jax.graders", "inferencegym_jax.evaluate"),
-    ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control"),
+    ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control",
+     "inferencegym_jax.fleet.evaluate", "inferencegym_jax.fleet.baselines"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
+     "inferencegym_jax.fleet.plot",
      "inferencegym_jax.loadtest", "inferencegym_jax.request_stats", "inferencegym_jax.interop.gymnasium_env",
      "inferencegym_jax.interop.gym_grading",
      "inferencegym_jax.interop.gym_vector", "inferencegym_jax.interop.gym_single",
      "inferencegym_jax.interop.gym_host", "inferencegym_jax.interop.gym_programs"),
-    ("inferencegym_jax.interop",),
+    ("inferencegym_jax.interop", "inferencegym_jax.fleet"),  # fleet: the package's __init__ (its core re-exported)
     ("training",),
     ("inferencegym_jax.training_setup",),  # builds what training trains on: the serving env, its teacher
     ("inferencegym_jax.server",),
