@@ -24,6 +24,7 @@ One step is one control interval of `substeps` physics intervals of `server.dt_s
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -208,7 +209,7 @@ def accumulate(total: ControlTotals, step: ControlTotals, step_weight: Array) ->
     averaged with weights (`step_weight` of the step, total.judged before it)."""
     summed = jax.tree_util.tree_map(jnp.add, total, step)
     p99 = safe_div(total.ttft_p99_s * total.judged + step.ttft_p99_s * step_weight, total.judged + step_weight)
-    return summed.replace(ttft_p99_s=p99, queue_depth=step.queue_depth, serving=step.serving,
+    return dataclasses.replace(summed, ttft_p99_s=p99, queue_depth=step.queue_depth, serving=step.serving,
                           warming=step.warming, draining=step.draining)
 
 
@@ -320,7 +321,7 @@ class FleetEnv:
         episode_min = jnp.ceil(params.max_steps_in_episode * params.control_interval_s / MINUTE_S).astype(jnp.int32)
         r = params.num_replicas
         fleet = initial_fleet(params.replica_config, params.server.num_age_buckets, r, 0)
-        fleet = fleet.replace(active=jnp.arange(r) < params.initial_replicas)
+        fleet = dataclasses.replace(fleet, active=jnp.arange(r) < params.initial_replicas)
         expected = requests_between(params.curve, start, episode_min)
         horizon_s = params.max_steps_in_episode * params.control_interval_s
         state = FleetEnvState(
@@ -349,7 +350,7 @@ class FleetEnv:
         )
         episode = accumulate(state.episode, totals, totals.judged)
         time = state.time + 1
-        next_state = state.replace(fleet=fleet, workload=wl, time=time, routing=rule, last=totals, episode=episode)
+        next_state = dataclasses.replace(state, fleet=fleet, workload=wl, time=time, routing=rule, last=totals, episode=episode)
         gpu_cost = totals.gpu_seconds / (params.num_replicas * params.max_steps_in_episode * params.control_interval_s)
         slo_cost = params.slo_weight * totals.slo_violations / state.expected_requests
         terminated = jnp.zeros((), bool)
@@ -371,7 +372,7 @@ class FleetEnv:
         dt = params.server.dt_s
         t_s = (state.time * params.substeps + k).astype(jnp.float32) * dt
         minute = state.start_minute + jnp.floor(t_s / MINUTE_S).astype(jnp.int32)
-        wl = params.workload.replace(base_rate=rate_at(params.curve, minute))
+        wl = dataclasses.replace(params.workload, base_rate=rate_at(params.curve, minute))
         draws = workload.draws_from_uniforms(u, wl_state, t_s, dt, wl)
         wl_state, arrivals = workload.advance(draws, wl_state, t_s, dt, wl)
         even = fleet.receiving.astype(jnp.float32)
