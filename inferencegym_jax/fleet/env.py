@@ -350,7 +350,8 @@ class FleetEnv:
         )
         episode = accumulate(state.episode, totals, totals.judged)
         time = state.time + 1
-        next_state = dataclasses.replace(state, fleet=fleet, workload=wl, time=time, routing=rule, last=totals, episode=episode)
+        next_state = dataclasses.replace(state, fleet=fleet, workload=wl, time=time, routing=rule, last=totals,
+                                         episode=episode)
         gpu_cost = totals.gpu_seconds / (params.num_replicas * params.max_steps_in_episode * params.control_interval_s)
         slo_cost = params.slo_weight * totals.slo_violations / state.expected_requests
         terminated = jnp.zeros((), bool)
