@@ -68,6 +68,7 @@ except ImportError as error:  # the adapter is an optional extra
     ) from error
 
 from inferencegym_jax import tasks
+from inferencegym_jax.interop.fleet_gym import register_fleet_envs
 from inferencegym_jax.interop.gym_grading import evaluate_policy, stack_infos, trajectory_from_infos
 from inferencegym_jax.interop.gym_host import (
     MAX_SEED,
@@ -93,7 +94,8 @@ VECTOR_ENTRY_POINT = "inferencegym_jax.interop.gymnasium_env:GymnasiumVectorEnv"
 def register_envs() -> list[str]:
     """Register one gymnasium id per task (see the module docstring); returns the ids.
 
-    Idempotent: ids already registered are left as they are.
+    Idempotent: ids already registered are left as they are. The fleet tasks' ids are registered
+    too (`fleet_gym.register_fleet_envs`, which returns them).
     """
     ids = []
     for env_id in tasks.registered_envs():
@@ -102,6 +104,7 @@ def register_envs() -> list[str]:
             gymnasium.register(gym_id, entry_point=ENTRY_POINT, vector_entry_point=VECTOR_ENTRY_POINT,
                                kwargs={"task_id": env_id})
         ids.append(gym_id)
+    register_fleet_envs()
     return ids
 
 
