@@ -101,6 +101,7 @@ class ControlTotals:
 
     Attributes:
       arrived: [requests] that arrived.
+      admitted: [requests] admitted (first token scheduled).
       lost: [requests] refused (no replica serving) or dropped by a retired replica.
       judged: [requests] whose SLO outcome was decided (refused ones included).
       slo_violations: [requests] of those that missed an SLO (refused ones included).
@@ -108,12 +109,13 @@ class ControlTotals:
       output_tokens: [tokens] generated.
       gpu_seconds: [GPU s] held by serving, draining and warming replicas.
       cost_usd: [$] of that GPU time.
-      ttft_p99_s: [s] the admitted requests' weighted mean of the replicas' per-interval p99.
+      ttft_p99_s: [s] the replicas' per-interval TTFT p99, averaged with their admitted requests as weights.
       queue_depth: [requests] waiting at the end (all replicas).
       serving, warming, draining: [replicas] at the end.
     """
 
     arrived: Array
+    admitted: Array
     lost: Array
     judged: Array
     slo_violations: Array
@@ -194,21 +196,31 @@ class FleetObservation:
 OBS_SIZE = len(FleetObservation.__dataclass_fields__)
 
 
+# [min] Slack of `whole_minutes`' ceiling: XLA on CPU turns x / 60 into x * float32(1 / 60), which
+# rounds up, so 720 s would give ceil(12.000001) = 13 min; 1e-3 min = 60 ms, far below a minute.
+CEIL_SLACK_MIN = 1e-3
+
+
+def whole_minutes(seconds: Array) -> Array:
+    """int32 [min], the minutes that hold `seconds` (a ceiling, exact for whole minutes)."""
+    return jnp.ceil(seconds / MINUTE_S - CEIL_SLACK_MIN).astype(jnp.int32)
+
+
 def totals_of(m: FleetMetrics) -> ControlTotals:
     """One physics interval's ControlTotals from its FleetMetrics."""
     return ControlTotals(
-        arrived=m.arrived, lost=m.lost + m.residue, judged=m.judged, slo_violations=m.slo_violations,
-        completed=m.completed, output_tokens=m.output_tokens, gpu_seconds=m.gpu_seconds, cost_usd=m.cost_usd,
-        ttft_p99_s=m.ttft_p99_s, queue_depth=m.queue_depth, serving=m.replicas_serving,
-        warming=m.replicas_warming, draining=m.replicas_draining,
+        arrived=m.arrived, admitted=m.admitted, lost=m.lost + m.residue, judged=m.judged,
+        slo_violations=m.slo_violations, completed=m.completed, output_tokens=m.output_tokens,
+        gpu_seconds=m.gpu_seconds, cost_usd=m.cost_usd, ttft_p99_s=m.ttft_p99_s, queue_depth=m.queue_depth,
+        serving=m.replicas_serving, warming=m.replicas_warming, draining=m.replicas_draining,
     )
 
 
-def accumulate(total: ControlTotals, step: ControlTotals, step_weight: Array) -> ControlTotals:
+def accumulate(total: ControlTotals, step: ControlTotals) -> ControlTotals:
     """`total` + `step`, with the end-of-interval counts taken from `step` and ttft_p99_s
-    averaged with weights (`step_weight` of the step, total.judged before it)."""
+    averaged with the admitted requests as weights."""
     summed = jax.tree_util.tree_map(jnp.add, total, step)
-    p99 = safe_div(total.ttft_p99_s * total.judged + step.ttft_p99_s * step_weight, total.judged + step_weight)
+    p99 = safe_div(total.ttft_p99_s * total.admitted + step.ttft_p99_s * step.admitted, summed.admitted)
     return dataclasses.replace(summed, ttft_p99_s=p99, queue_depth=step.queue_depth, serving=step.serving,
                           warming=step.warming, draining=step.draining)
 
@@ -318,7 +330,7 @@ class FleetEnv:
     def _reset_from_uniforms(self, u: Array, params: FleetParams) -> tuple[FleetObservation, FleetEnvState]:
         starts = params.curve.starts
         start = starts[jnp.minimum((u[-1] * starts.shape[0]).astype(jnp.int32), starts.shape[0] - 1)]
-        episode_min = jnp.ceil(params.max_steps_in_episode * params.control_interval_s / MINUTE_S).astype(jnp.int32)
+        episode_min = whole_minutes(params.max_steps_in_episode * params.control_interval_s)
         r = params.num_replicas
         fleet = initial_fleet(params.replica_config, params.server.num_age_buckets, r, 0)
         fleet = dataclasses.replace(fleet, active=jnp.arange(r) < params.initial_replicas)
@@ -348,7 +360,7 @@ class FleetEnv:
             (fleet, state.workload, ControlTotals.zeros()),
             (jnp.arange(params.substeps), draws),
         )
-        episode = accumulate(state.episode, totals, totals.judged)
+        episode = accumulate(state.episode, totals)
         time = state.time + 1
         next_state = dataclasses.replace(state, fleet=fleet, workload=wl, time=time, routing=rule, last=totals,
                                          episode=episode)
@@ -379,7 +391,7 @@ class FleetEnv:
         even = fleet.receiving.astype(jnp.float32)
         weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
         fleet, m = fleet_interval(fleet, arrivals, weights, params.replica_config, params.server)
-        return fleet, wl_state, accumulate(totals, totals_of(m), m.judged)
+        return fleet, wl_state, accumulate(totals, totals_of(m))
 
     # ------------------------------------------------------------------ observation
 
@@ -388,7 +400,7 @@ class FleetEnv:
         control_min = params.control_interval_s / MINUTE_S
         minutes = state.time.astype(jnp.float32) * control_min
         now = state.start_minute + jnp.floor(minutes).astype(jnp.int32)
-        lead = jnp.ceil(params.provision_s / MINUTE_S).astype(jnp.int32)
+        lead = whole_minutes(params.provision_s)
         day = now // DAY_MIN + params.curve.first_weekday
         return FleetObservation(
             time_of_day=jnp.mod(now, DAY_MIN).astype(jnp.float32) / DAY_MIN,
