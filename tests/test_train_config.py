@@ -33,7 +33,7 @@ def test_shipped_configs_load_and_cover_every_task():
     for name in names:
         config = load_config(name)
         assert isinstance(config.ppo, PPOConfig) and isinstance(config.setup, ServingSetup)
-        assert config.task == config.setup.task in ig.registered_envs()
+        assert config.task == config.setup.task in ig.all_envs()
         assert config.batch_size % config.num_minibatches == 0
 
 

@@ -5,10 +5,16 @@ stream disjoint from every training key, and every policy sees the same episodes
 comparison is paired. The trained policy acts with its observation normaliser frozen, in the env
 it was trained in (`trainer.env`: the serving env wrapped by its action_mode); the baselines act
 on the serving env itself. A wrapper changes only the actions, so both see the same traffic.
+
+A fleet (`inferencegym_jax.fleet`) is graded by `evaluate_fleet`: the trained policy and the
+fleet baselines (`fleet.baselines.fleet_baselines`) on the task's held-out days
+(`fleet_heldout_params`), in `fleet.evaluate.graded_table` (its score normalised between
+static-for-peak, 0, and the oracle, 1, with GPU-hours and SLO attainment beside it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -17,11 +23,14 @@ import numpy as np
 
 from inferencegym_jax.evaluate import confidence_interval_95
 from inferencegym_jax.files import atomic_write_json
+from inferencegym_jax.fleet.env import FleetEnv, FleetParams
 from training.ppo import RunnerState, Trainer
 
 PPO_NAME = "ppo"
 # The reference of the paired comparison: the best fixed configuration (graders' constants).
 REFERENCE_NAME = "best_static"
+# The fleet baselines a fleet's score is graded between (0 and 1; fleet.evaluate.grade).
+FLEET_REFERENCES = ("static_for_peak", "oracle")
 
 
 class PairedDifference(NamedTuple):
@@ -101,6 +110,85 @@ def evaluate_against_baselines(
     return table, results, rewards
 
 
+def is_fleet(trainer: Trainer) -> bool:
+    """Whether the trainer trains a fleet (`fleet.env.FleetEnv`), graded by `evaluate_fleet`."""
+    return isinstance(trainer.env, FleetEnv)
+
+
+def fleet_heldout_params(env_id: str, train_params: FleetParams) -> FleetParams:
+    """The trained fleet's params with its task's held-out episode windows (`fleet.tasks`, split
+    "heldout": the days no policy trains on); every other field is the trainer's, so what it was
+    built with (a shorter max_steps, in tests) carries over. ValueError for an unregistered id."""
+    from inferencegym_jax.fleet.tasks import make_fleet
+
+    _, heldout = make_fleet(env_id, split="heldout")
+    return train_params.replace(curve=heldout.curve)
+
+
+def fleet_baseline_controllers(trainer: Trainer, params: FleetParams,
+                               baseline_names: list[str] | None = None) -> dict[str, Any]:
+    """The fleet baselines (`fleet.baselines.fleet_baselines`) by name, those asked for (default:
+    every one); ValueError naming the unknown ones and the available."""
+    from inferencegym_jax.fleet.baselines import fleet_baselines
+
+    available = fleet_baselines(trainer.env, params)
+    names = list(available) if baseline_names is None else baseline_names
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ValueError(f"unknown baselines {unknown}; available: {list(available)}")
+    missing = [n for n in FLEET_REFERENCES if n not in names]
+    if missing:
+        raise ValueError(f"baselines {names} lack {missing}: the fleet's score is graded between "
+                         f"{FLEET_REFERENCES[0]} (0) and {FLEET_REFERENCES[1]} (1)")
+    return {n: available[n] for n in names}
+
+
+def evaluate_fleet(trainer: Trainer, runner: RunnerState, num_episodes: int, eval_seed: int = 0,
+                   baseline_names: list[str] | None = None) -> tuple[Any, dict[str, Any]]:
+    """Grade the trained fleet policy and the fleet baselines (default: every one) on
+    `num_episodes` held-out episodes of `evaluate.evaluation_key(eval_seed)`, the same for all.
+
+    Returns `fleet.evaluate.graded_table`'s (DataFrame, one row per policy, PPO first; each
+    policy's `FleetEpisodes` by name).
+    """
+    from inferencegym_jax import evaluate
+    from inferencegym_jax.fleet.evaluate import graded_table
+
+    params = fleet_heldout_params(trainer.env_id, trainer.env_params)
+    ppo = trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)
+    controllers = {PPO_NAME: evaluate.as_controller(ppo), **fleet_baseline_controllers(trainer, params,
+                                                                                        baseline_names)}
+    return graded_table(trainer.env, params, controllers, evaluate.evaluation_key(eval_seed), num_episodes)
+
+
+def fleet_levels(episodes: dict[str, Any], num_steps: int) -> dict[str, float]:
+    """Each policy's mean held-out reward per interval, -J / num_steps (J: `FleetEpisodes.episode_cost`,
+    minus the episode's return), by name: the reward curve's levels."""
+    return {name: -float(np.mean(e.episode_cost)) / num_steps for name, e in episodes.items()}
+
+
+def _per_episode(episodes: Any, num_episodes: int) -> dict[str, Any]:
+    """The fields of a `FleetEpisodes` (a NamedTuple or a dataclass) that hold one value per
+    episode, (num_episodes,), JSON-ready; per-interval arrays are left out."""
+    if hasattr(episodes, "_asdict"):
+        fields = episodes._asdict()
+    else:
+        fields = {f.name: getattr(episodes, f.name) for f in dataclasses.fields(episodes)}
+    return {name: _plain(np.asarray(v)) for name, v in fields.items() if np.shape(v) == (num_episodes,)}
+
+
+def fleet_eval_record(trainer: Trainer, runner: RunnerState, table: Any, episodes: dict[str, Any],
+                      num_episodes: int, eval_seed: int) -> dict[str, Any]:
+    """What `DIR/eval.json` holds for a fleet: the run, the table's rows, and each policy's
+    per-episode values (`_per_episode`)."""
+    return {
+        **_run_record(trainer, runner, num_episodes, eval_seed),
+        "split": "heldout",
+        "table": _plain(table.reset_index().to_dict(orient="records")),
+        "per_episode": {name: _per_episode(e, num_episodes) for name, e in episodes.items()},
+    }
+
+
 def _plain(value: Any) -> Any:
     """JSON-ready: numpy arrays and scalars to lists and floats, NaN to None."""
     if isinstance(value, dict):
@@ -118,14 +206,21 @@ def eval_record(trainer: Trainer, runner: RunnerState, table: Any, results: dict
                 num_episodes: int, eval_seed: int) -> dict[str, Any]:
     """What `DIR/eval.json` holds: the run, the table's rows, per-episode scores per policy."""
     return {
+        **_run_record(trainer, runner, num_episodes, eval_seed),
+        "table": _plain(table.reset_index().to_dict(orient="records")),
+        "scores": {name: _plain(np.asarray(r.scores)) for name, r in results.items()},
+    }
+
+
+def _run_record(trainer: Trainer, runner: RunnerState, num_episodes: int, eval_seed: int) -> dict[str, Any]:
+    """The run an evaluation record is of: task, updates, env steps, episodes, seed, mode."""
+    return {
         "task": trainer.env_id,
         "updates": int(runner.update),
         "env_steps": int(runner.update) * trainer.config.batch_size,
         "episodes": num_episodes,
         "eval_seed": eval_seed,
         "deterministic_eval": trainer.config.deterministic_eval,
-        "table": _plain(table.reset_index().to_dict(orient="records")),
-        "scores": {name: _plain(np.asarray(r.scores)) for name, r in results.items()},
     }
 
 

@@ -8,6 +8,7 @@
     inferencegym train --task 1 --out DIR --no-eval           # train only: no graded evaluation
     inferencegym eval --checkpoint DIR --episodes 256 --json DIR/eval.json
     inferencegym sweep --task 1 --grid lr=1e-4,3e-4,1e-3,3e-3 --seeds 4 --out DIR
+    inferencegym train --task InferenceGym-Fleet1-v1 --out DIR   # a fleet: configs/train/ppo_fleet1_v1.toml
 
 `train` writes DIR/config.toml (the resolved config), DIR/metrics.csv (one row per update),
 DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
@@ -19,6 +20,10 @@ Without `--config`, a task trains with its shipped config (`ppo_task<N>` for v0,
 `ppo_task<N>_v<k>` for a later version); a task without one is an error (pass `--config`). A bare
 task number is the task's newest version (`tasks.resolve_id`). With neither `--task` nor
 `--config`, `train` runs the main job, DEFAULT_CONFIG.
+A fleet (`InferenceGym-Fleet<N>-v<k>`, by its full id; shipped config `ppo_fleet<N>_v<k>`) trains
+the same way and is graded on its held-out days against the fleet baselines
+(`training.evaluation.evaluate_fleet`: a score between static-for-peak, 0, and the oracle, 1,
+with GPU-hours and SLO attainment); DIR/episode.png is its first held-out window (`fleet.plot`).
 The trainer, JAX and pandas are imported inside the commands.
 
 Every check comes before the first file is written: output paths (a folder where a file goes,
@@ -30,6 +35,7 @@ for the folder's config.toml). A failed command leaves the run folder as it was.
 from __future__ import annotations
 
 import argparse
+import re
 import time
 import tomllib
 from pathlib import Path
@@ -58,6 +64,18 @@ DEFAULT_CONFIG = "ppo_task3_v2_main"
 # What `train` and `sweep` write in their --out folder.
 RUN_FILES = ("config.toml", "metrics.csv", "checkpoint.msgpack", "reward_curve.png", "episode.png", "eval.json")
 SWEEP_FILES = ("sweep.csv", "sweep_summary.csv", "best.toml")
+# `eval`'s held-out episodes of a serving task without --episodes.
+EVAL_EPISODES = 256
+# A fleet id; its shipped config is ppo_fleet<N>_v<k>.
+_FLEET_ID = re.compile(r"InferenceGym-Fleet(\d+)-v(\d+)")
+
+
+def train_task_id(value: str) -> str:
+    """argparse type of `--task`: a registered fleet id as it is, else `common.task_id` (a task
+    number or a registered single-server id)."""
+    from inferencegym_jax.fleet.tasks import is_fleet_id
+
+    return value if is_fleet_id(value) else task_id(value)
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -79,7 +97,8 @@ def shipped_config_for(env_id: str) -> str:
     """The shipped PPO config of a task (`ppo_task<N>`); ValueError when it has none."""
     from training.config import shipped_configs
 
-    name = ppo_config_name(env_id)
+    fleet = _FLEET_ID.fullmatch(env_id)
+    name = f"ppo_fleet{fleet.group(1)}_v{fleet.group(2)}" if fleet else ppo_config_name(env_id)
     shipped = shipped_configs()
     if name not in shipped:
         raise ValueError(f"--task {env_id}: no shipped training config for this task (shipped: {shipped}); "
@@ -115,7 +134,11 @@ def _baseline_names(value: str | None) -> list[str] | None:
 def check_baselines(trainer: Any, names: list[str] | None) -> None:
     """ValueError for --baselines names the task does not have, before any training."""
     from inferencegym_jax import baselines
+    from training.evaluation import fleet_baseline_controllers, fleet_heldout_params, is_fleet
 
+    if is_fleet(trainer):
+        fleet_baseline_controllers(trainer, fleet_heldout_params(trainer.env_id, trainer.env_params), names)
+        return
     serving_env = getattr(trainer.env, "unwrapped", trainer.env)  # baselines act on the env, not PPO's wrapper
     available = baselines.baseline_policies(serving_env, trainer.env_params, trainer.env_id)
     unknown = [n for n in names or [] if n not in available]
@@ -129,8 +152,10 @@ def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episo
     record (`training.evaluation.eval_record` plus `extra`) to `out_json` when given.
 
     Returns (the table, each policy's mean held-out reward per interval by name)."""
-    from training.evaluation import PPO_NAME, eval_record, evaluate_against_baselines, write_json
+    from training.evaluation import PPO_NAME, eval_record, evaluate_against_baselines, is_fleet, write_json
 
+    if is_fleet(trainer):
+        return fleet_graded_evaluation(trainer, runner, args, episodes, out_json, extra)
     t0 = time.perf_counter()
     table, results, rewards = evaluate_against_baselines(trainer, runner, episodes, args.eval_seed,
                                                          _baseline_names(args.baselines))
@@ -147,6 +172,28 @@ def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episo
         write_json(out_json, record)
         print(f"wrote {out_json}")
     return table, {name: float(r.mean()) for name, r in rewards.items()}
+
+
+def fleet_graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episodes: int,
+                            out_json: Path | None, extra: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """`graded_evaluation` of a fleet: the policy and the fleet baselines on its held-out days
+    (`training.evaluation.evaluate_fleet`), the table printed, the record written to `out_json`.
+
+    Returns (the table, each policy's mean held-out reward per interval by name)."""
+    from training.evaluation import evaluate_fleet, fleet_eval_record, fleet_levels, write_json
+
+    t0 = time.perf_counter()
+    table, per_policy = evaluate_fleet(trainer, runner, episodes, args.eval_seed, _baseline_names(args.baselines))
+    seconds = time.perf_counter() - t0
+    print(f"\ngraded evaluation: {episodes} held-out episodes (evaluation_key({args.eval_seed}), the held-out "
+          f"days), {trainer.env_id}, {int(runner.update)} updates, {seconds:.1f} s")
+    print_frame(table)
+    record = fleet_eval_record(trainer, runner, table, per_policy, episodes, args.eval_seed)
+    record.update(extra, eval_seconds=seconds)
+    if out_json is not None:
+        write_json(out_json, record)
+        print(f"wrote {out_json}")
+    return table, fleet_levels(per_policy, int(trainer.env_params.max_steps_in_episode))
 
 
 def _requested_by(args: argparse.Namespace) -> str:
@@ -205,11 +252,34 @@ def prepare_run(args: argparse.Namespace) -> tuple[Path, Any, Any, Any]:
     return out, config, trainer, start
 
 
+def write_episode(trainer: Any, runner: Any, seed: int, path: Path) -> None:
+    """Draw the trained policy's first held-out episode to `path` (PNG): a serving task's as
+    `plot_command.write_trained_episode` draws it; a fleet's (`fleet.plot`) on the first held-out
+    window, from fold_in(evaluation_key(seed), 0)."""
+    from training.evaluation import fleet_heldout_params, is_fleet
+
+    if not is_fleet(trainer):
+        from inferencegym_jax.cli.plot_command import write_trained_episode
+
+        write_trained_episode(trainer, runner, seed, path)
+        return
+    import jax
+
+    from inferencegym_jax.evaluate import evaluation_key
+    from inferencegym_jax.fleet.evaluate import window_params
+    from inferencegym_jax.fleet.plot import fleet_episode_series, plot_fleet_episode
+
+    ppo = trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)
+    params = window_params(fleet_heldout_params(trainer.env_id, trainer.env_params), jax.numpy.int32(0))
+    series = fleet_episode_series(trainer.env, params, lambda key, obs, p: ppo(key, obs, p),  # hashable: jit-static
+                                  jax.random.fold_in(evaluation_key(seed), 0))
+    plot_fleet_episode(series, path, title=f"ppo ({int(runner.update)} updates), {trainer.env_id}, held-out window 0")
+
+
 def cmd_train(args: argparse.Namespace) -> None:
     """Train (or resume), checkpointing; then grade against the baselines and plot."""
     import jax
 
-    from inferencegym_jax.cli.plot_command import write_trained_episode
     from training.loop import read_metrics, run_training
     from training.plots import plot_reward_curve
 
@@ -239,7 +309,7 @@ def cmd_train(args: argparse.Namespace) -> None:
         episodes = args.eval_episodes or config.eval_episodes
         _, levels = graded_evaluation(trainer, runner, args, episodes, out / "eval.json",
                                       {"train_seconds": train_seconds, "config": config.to_toml()})
-        write_trained_episode(trainer, runner, args.eval_seed, out / "episode.png")
+        write_episode(trainer, runner, args.eval_seed, out / "episode.png")
         written.append(out / "episode.png")
     plot_reward_curve(read_metrics(out), levels, out / "reward_curve.png", title=config.task)
     print(f"wrote {', '.join(map(str, written))}")
@@ -249,12 +319,14 @@ def cmd_eval(args: argparse.Namespace) -> None:
     """Grade a saved policy against the baselines on held-out episodes."""
     from inferencegym_jax.training_setup import make_train, read_config
     from training.checkpoint import load_checkpoint
+    from training.evaluation import is_fleet
 
     out_json = check_output_file(args.json, "--json") if args.json else None
     config = read_config(args.checkpoint)
     trainer = make_train(config)
     runner = load_checkpoint(args.checkpoint, trainer)
-    graded_evaluation(trainer, runner, args, args.episodes, out_json, {"checkpoint": str(args.checkpoint)})
+    episodes = args.episodes or (config.eval_episodes if is_fleet(trainer) else EVAL_EPISODES)
+    graded_evaluation(trainer, runner, args, episodes, out_json, {"checkpoint": str(args.checkpoint)})
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
@@ -285,9 +357,9 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
 def _config_options(p: argparse.ArgumentParser) -> None:
     """Options that pick and override a training config (train, sweep)."""
-    p.add_argument("--task", type=task_id, default=None,
-                   help="task number (its newest version) or env id (default: the config's; without --config, "
-                        f"the main job's {DEFAULT_TASK})")
+    p.add_argument("--task", type=train_task_id, default=None,
+                   help="task number (its newest version), env id or fleet id (default: the config's; without "
+                        f"--config, the main job's {DEFAULT_TASK})")
     p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>[_v<k>]; "
                                                   f"without --task, the main job's {DEFAULT_CONFIG})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
@@ -311,7 +383,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = add_command(sub, "eval", help="grade a saved policy against every baseline")
     p.add_argument("--checkpoint", required=True, help="run directory with checkpoint.msgpack")
-    p.add_argument("--episodes", type=positive_int, default=256)
+    p.add_argument("--episodes", type=positive_int, default=None,
+                   help=f"held-out episodes (default: {EVAL_EPISODES}; a fleet's: its config's eval_episodes, each "
+                        "episode a day)")
     p.add_argument("--eval-seed", type=seed_int, default=0, help="seed of the held-out evaluation episodes")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")

@@ -16,8 +16,12 @@ configs/train file and builds those inputs (`build`):
 * with `imitation_episodes`, the teacher (`teachers`: the causal MPC or the switching rule) whose
   episodes the policy is fitted to before PPO.
 
-An env that is not a serving env (the probes of `training.probes`) is trained as is: absolute
-layout only, no prior, warm-up action all zeros.
+A fleet (`inferencegym_jax.fleet`, a registered `InferenceGym-Fleet*` id or a `FleetEnv`) is
+trained as is, in the absolute layout: its prior ('default', with `default_logit > 0`) and its
+warm-up action are the fleet's default configuration, every replica up and least-loaded routing
+([R, 0]), as a vLLM default is a server's; memory wrappers, imitation and 'best_static' are refused.
+Any other env (the probes of `training.probes`) is trained as is: absolute layout only, no prior,
+warm-up action all zeros.
 """
 
 from __future__ import annotations
@@ -30,12 +34,16 @@ import numpy as np
 
 from inferencegym_jax import wrappers
 from inferencegym_jax.control.mpc import HORIZON
+from inferencegym_jax.fleet.env import ROUTING_RULES, FleetEnv
+from inferencegym_jax.fleet.tasks import is_fleet_id
 from inferencegym_jax.training_setup import teachers
 from training.config import describe_fields, field_names, field_values, fields_toml, static_field, to_dict
 from training.imitation import Teacher
 
 # Teachers the imitation before PPO may fit (`imitation_teacher`).
 IMITATION_TEACHERS = ("mpc", "switch_rule")
+# A fleet's default routing rule: least-loaded (fleet.env.ROUTING_RULES index 0).
+FLEET_DEFAULT_ROUTING = ROUTING_RULES.index("least_loaded")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +108,7 @@ class ServingSetup:
         if unknown:
             raise ValueError(f"unknown serving setup key {unknown[0]!r}; allowed: {sorted(allowed)}")
         values = dict(raw)
-        if "task" in values:
+        if "task" in values and not is_fleet_id(values["task"]):  # a fleet id is registered as it is
             from inferencegym_jax.tasks import resolve_id
 
             values["task"] = resolve_id(values["task"], key="config key 'task' = ")
@@ -119,6 +127,18 @@ class ServingSetup:
         if self.imitation_episodes and self.action_mode != "absolute":
             raise ValueError(f"config key 'imitation_episodes' = {self.imitation_episodes} needs action_mode = "
                              f"'absolute' (the teacher's actions are grid indices), not {self.action_mode!r}")
+        if is_fleet_id(self.task):
+            self._check_fleet(self.task)
+
+    def _check_fleet(self, env_id: str) -> None:
+        """ValueError naming the key for a setting a fleet task does not have (module docstring)."""
+        allowed = {"action_mode": "absolute", "initial_action": "default", "history_windows": 0,
+                   "forecast_intervals": 0, "imitation_episodes": 0}
+        for key, value in allowed.items():
+            if getattr(self, key) != value:
+                raise ValueError(f"config key {key!r} = {getattr(self, key)!r}: the fleet task {env_id} allows "
+                                 f"only {value!r} (a fleet trains in its own action layout, without memory "
+                                 "wrappers or a teacher; its prior is its default configuration)")
 
     def to_dict(self) -> dict[str, Any]:
         """Field name -> value."""
@@ -153,6 +173,8 @@ class ServingSetup:
         if wrappers.is_memory_wrapper(env):
             raise ValueError(f"the env given keeps a memory of past intervals already ({env!r}): pass the env under "
                              "it, and set config keys 'history_windows' or 'forecast_intervals' to add one")
+        if isinstance(env, FleetEnv):
+            return self._fleet(env, params)
         env = self._in_layout(env)
         if not is_serving_env(env):
             for key, what in (("history_windows", "the arrival history needs a serving env (its arrivals)"),
@@ -168,6 +190,12 @@ class ServingSetup:
         if self.forecast_intervals:
             env = wrappers.TrafficForecastWrapper(env, self.forecast_intervals)
         return TrainingEnv(env, params, initial, warmup, self._teacher(env, params))
+
+    def _fleet(self, env: FleetEnv, params: Any) -> TrainingEnv:
+        """A fleet as it is: the prior and the warm-up on its default configuration, [R, least-loaded]."""
+        self._check_fleet(env.env_id)
+        default = np.array([params.num_replicas, FLEET_DEFAULT_ROUTING], np.int32)
+        return TrainingEnv(env, params, default if self.default_logit > 0 else None, default)
 
     def _in_layout(self, env: Any) -> Any:
         """`env` in action_mode's layout: a plain serving env is wrapped, a wrapped one must match."""
