@@ -161,7 +161,8 @@ def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Co
     Returns: (what the controller would be shown after the last interval (t = num_steps), the
     records stacked on a leading time axis: `record(seen, memory, step)` of each interval, with
     the memory after the controller's act and the step's output; the episode's request TTFTs,
-    every interval's `info["first_token"]` folded by `ttft_tally.fold`).
+    every interval's `info["first_token"]` folded by `ttft_tally.fold`; empty for an env whose info
+    has none, a fleet's).
     """
     controller = as_controller(policy)
     k_reset, k_env, k_policy = jax.random.split(key, 3)
@@ -175,7 +176,8 @@ def play_episode(env: ServingEnvironment, params: EnvParams, policy: Policy | Co
         obs, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
         step = StepOutput(t, state, obs, nxt, reward, info)
         out = record(seen, memory, step)
-        tally = ttft_tally.fold(tally, info["first_token"])
+        if "first_token" in info:  # a fleet's info has none (static: the info's keys are the env's)
+            tally = ttft_tally.fold(tally, info["first_token"])
         return (obs, nxt, controller.update(memory, step, params), tally), out
 
     carry = (obs, state, memory, ttft_tally.empty())

@@ -101,6 +101,7 @@ def test_gymnasium_check_env_passes_without_warnings():
     env.close()
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_sb3_check_env_passes_without_warnings():
     pytest.importorskip("torch")
     pytest.importorskip("stable_baselines3")
@@ -112,6 +113,7 @@ def test_sb3_check_env_passes_without_warnings():
     assert [str(w.message) for w in caught] == []
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_episodes_equal_plain_jax_with_the_stream_keys(short):
     env, params = short
     adapter = fg.FleetGymnasiumEnv(GYM_ID, max_steps=HORIZON)
@@ -132,6 +134,7 @@ def test_episodes_equal_plain_jax_with_the_stream_keys(short):
         assert again[4] == following[4]
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_same_seed_same_episode_and_another_seed_another():
     one, two = (fg.FleetGymnasiumEnv(TASK, max_steps=HORIZON) for _ in range(2))
     first = adapter_episode(one, ACTIONS[:3], seed=3)
@@ -143,6 +146,7 @@ def test_same_seed_same_episode_and_another_seed_another():
     assert not np.array_equal(first[1], other[1])  # Poisson arrivals (and likely the window) differ
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_truncated_at_max_steps_never_terminated():
     env = gymnasium.wrappers.RecordEpisodeStatistics(gymnasium.make(GYM_ID, max_steps=HORIZON))
     env.reset(seed=0)
@@ -158,6 +162,7 @@ def test_truncated_at_max_steps_never_terminated():
     assert info["episode"]["l"] == HORIZON and info["episode"]["r"] == pytest.approx(sum(rewards), rel=1e-6)
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_infos_are_json_safe_and_consistent():
     env = fg.FleetGymnasiumEnv(TASK, max_steps=HORIZON, render_mode="ansi")
     assert env.render() == f"t=0/{HORIZON}: episode start, no interval served yet"
@@ -200,6 +205,7 @@ def test_bad_actions_and_arguments_raise_value_errors():
         fg.FleetGymnasiumEnv(TASK, render_mode="human")
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_heldout_split_and_overrides_through_make():
     env = gymnasium.make(GYM_ID, split="heldout", max_steps=60)
     want = make_fleet(TASK, split="heldout", max_steps=60)[1]
@@ -212,6 +218,7 @@ def test_heldout_split_and_overrides_through_make():
     assert env.action_space == gymnasium.spaces.MultiDiscrete([17, 2])
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_step_and_reset_compile_once(short):
     _, params = short
     env = fg.FleetGymnasiumEnv(TASK, max_steps=HORIZON)
@@ -228,6 +235,7 @@ def test_step_and_reset_compile_once(short):
     assert [p._cache_size() for p in (fg._start, fg._step)] == sizes
 
 
+@pytest.mark.slow  # the fast tier's budget: each compiles the adapter's fleet programs
 def test_make_vec_steps_sync_copies():
     envs = gymnasium.make_vec(GYM_ID, num_envs=2, max_steps=HORIZON)
     obs, _ = envs.reset(seed=0)

@@ -25,6 +25,7 @@ def series():
     return params, fleet_episode_series(env, params, static_policy(12, 1), jax.random.key(0))
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a fleet episode
 def test_the_series_has_one_entry_per_interval(series):
     params, s = series
     for name in ("time_h", "arrival_rate", "curve_rate", "serving", "warming", "draining", "attainment",
@@ -44,6 +45,7 @@ def test_the_series_has_one_entry_per_interval(series):
     assert np.all((s.attainment >= 0.0) & (s.attainment <= 1.0)) and np.all(s.cost_usd > 0.0)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a fleet episode
 def test_the_figure_is_written_as_a_png(series, tmp_path):
     _, s = series
     path = tmp_path / "figures" / "fleet.png"
@@ -55,6 +57,7 @@ def test_the_figure_is_written_as_a_png(series, tmp_path):
     assert list(tmp_path.joinpath("figures").iterdir()) == [path]  # no temporary file left
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a fleet episode
 def test_bad_input_raises_naming_the_field(series):
     params, s = series
     fields = {name: getattr(s, name) for name in ("time_h", "arrival_rate", "curve_rate", "serving", "warming",

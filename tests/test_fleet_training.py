@@ -40,16 +40,44 @@ def test_a_fleet_id_is_kept_and_its_prior_is_the_whole_fleet_least_loaded():
 
 
 @pytest.mark.parametrize("key, value", [("history_windows", 3), ("forecast_intervals", 2),
-                                        ("imitation_episodes", 4), ("action_mode", "hold"),
-                                        ("initial_action", "best_static")])
+                                        ("action_mode", "hold"), ("initial_action", "best_static")])
 def test_a_setting_a_fleet_lacks_is_refused_naming_the_key(key, value):
     with pytest.raises(ValueError, match=f"config key '{key}' = .*the fleet task {FLEET} allows only"):
         ServingSetup.from_dict({"task": FLEET, "default_logit": 5.0, key: value})
 
 
-def test_the_shipped_fleet_config_trains_the_fleet_from_its_default_configuration():
+def test_a_fleet_imitates_only_the_forecast_and_a_server_never_does():
+    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'mpc': the fleet task .* only 'forecast'"):
+        ServingSetup.from_dict({"task": FLEET, "imitation_episodes": 4})
+    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'forecast' is a fleet's teacher"):
+        ServingSetup.from_dict({"task": "InferenceGym-Task3-v2", "imitation_episodes": 4,
+                                "imitation_teacher": "forecast"})
+
+
+@pytest.mark.slow  # the fast tier's budget: compiles the fleet's teacher or trainer and graded episodes
+def test_the_forecast_teacher_plays_the_forecast_baseline(short_fleet):
+    """The fleet's teacher: the forecast baseline's own episodes, labelled with its choices."""
+    import jax
+
+    from inferencegym_jax import evaluate
+    from inferencegym_jax.fleet.baselines import fleet_baselines
+
+    env, params = ig.make(FLEET)
+    made = ServingSetup.from_dict({"task": FLEET, "imitation_episodes": 2, "imitation_teacher": "forecast"}).build()
+    demos = made.teacher(jax.random.key(3))
+    assert demos.obs.shape == (2, SHORT_STEPS, env.flat_observation_space(params).shape[0])
+    assert demos.action.shape == (2, SHORT_STEPS, 2) and np.all(np.isfinite(np.asarray(demos.reward)))
+    # Each demonstration is the forecast's own episode (the teacher's keys: split(key, episodes)).
+    forecast = fleet_baselines(env, params)["forecast"]
+    for i, k in enumerate(jax.random.split(jax.random.key(3), 2)):
+        _, applied, _ = evaluate.play_episode(env, params, forecast, k, SHORT_STEPS,
+                                              lambda seen, memory, step: step.info["applied_action"])
+        np.testing.assert_array_equal(np.asarray(demos.action[i]), np.asarray(applied))
+
+
+def test_the_shipped_fleet_config_imitates_the_forecast_then_trains():
     config = load_config("ppo_fleet1_v1")
-    assert config.task == FLEET and config.initial_action == "default" and config.default_logit == 5.0
+    assert config.task == FLEET and config.imitation_teacher == "forecast" and config.imitation_episodes > 0
     assert config.desync_envs and config.batch_size % config.num_minibatches == 0
     assert config.eval_episodes >= 25  # at least one pass over the 25 held-out windows, on average
 
@@ -73,6 +101,7 @@ def short_fleet(monkeypatch):
     monkeypatch.setattr(baselines, "load_chosen", lambda env_id: CHOSEN)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles the fleet's teacher or trainer and graded episodes
 def test_a_short_fleet_trains_round_trips_its_checkpoint_and_is_graded(tmp_path, short_fleet):
     """make_train on the fleet (1 update), its checkpoint read back, the held-out graded table."""
     import jax

@@ -19,7 +19,9 @@ configs/train file and builds those inputs (`build`):
 A fleet (`inferencegym_jax.fleet`, a registered `InferenceGym-Fleet*` id or a `FleetEnv`) is
 trained as is, in the absolute layout: its prior ('default', with `default_logit > 0`) and its
 warm-up action are the fleet's default configuration, every replica up and least-loaded routing
-([R, 0]), as a vLLM default is a server's; memory wrappers, imitation and 'best_static' are refused.
+([R, 0]), as a vLLM default is a server's; its one imitation teacher is the seasonal forecast
+baseline (`imitation_teacher = "forecast"`, `fleet.baselines`: causal, chosen on the training
+days); memory wrappers and 'best_static' are refused.
 Any other env (the probes of `training.probes`) is trained as is: absolute layout only, no prior,
 warm-up action all zeros.
 """
@@ -41,7 +43,10 @@ from training.config import describe_fields, field_names, field_values, fields_t
 from training.imitation import Teacher
 
 # Teachers the imitation before PPO may fit (`imitation_teacher`).
-IMITATION_TEACHERS = ("mpc", "switch_rule")
+IMITATION_TEACHERS = ("mpc", "switch_rule", "forecast")
+# The one teacher of a fleet (`fleet.baselines`' seasonal forecast); the others plan or switch
+# with a serving env's simulator.
+FLEET_TEACHER = "forecast"
 # A fleet's default routing rule: least-loaded (fleet.env.ROUTING_RULES index 0).
 FLEET_DEFAULT_ROUTING = ROUTING_RULES.index("least_loaded")
 
@@ -73,7 +78,8 @@ class ServingSetup:
         lambda v: 0 <= v <= 65536, "in [0, 65536]")
     imitation_teacher: str = static_field(
         "mpc", "whose choices the imitation fits: 'mpc' (the causal mpc, imitation_horizon and imitation_samples "
-        "below) or 'switch_rule' (the switching rule inferencegym_jax.control.switch_rule selects for the task)",
+        "below) or 'switch_rule' (the switching rule inferencegym_jax.control.switch_rule selects for the task); "
+        "a fleet: 'forecast' (the seasonal forecast baseline, inferencegym_jax.fleet.baselines)",
         lambda v: v in IMITATION_TEACHERS, f"one of {list(IMITATION_TEACHERS)}")
     imitation_horizon: int = static_field(
         HORIZON, "[intervals] the teacher mpc looks ahead (its MPCConfig.horizon; default mpc.HORIZON); it should "
@@ -129,16 +135,22 @@ class ServingSetup:
                              f"'absolute' (the teacher's actions are grid indices), not {self.action_mode!r}")
         if is_fleet_id(self.task):
             self._check_fleet(self.task)
+        elif self.imitation_episodes and self.imitation_teacher == FLEET_TEACHER:
+            raise ValueError(f"config key 'imitation_teacher' = {FLEET_TEACHER!r} is a fleet's teacher; a serving task "
+                             "imitates 'mpc' or 'switch_rule'")
 
     def _check_fleet(self, env_id: str) -> None:
         """ValueError naming the key for a setting a fleet task does not have (module docstring)."""
         allowed = {"action_mode": "absolute", "initial_action": "default", "history_windows": 0,
-                   "forecast_intervals": 0, "imitation_episodes": 0}
+                   "forecast_intervals": 0}
         for key, value in allowed.items():
             if getattr(self, key) != value:
                 raise ValueError(f"config key {key!r} = {getattr(self, key)!r}: the fleet task {env_id} allows "
                                  f"only {value!r} (a fleet trains in its own action layout, without memory "
-                                 "wrappers or a teacher; its prior is its default configuration)")
+                                 "wrappers; its prior is its default configuration)")
+        if self.imitation_episodes and self.imitation_teacher != FLEET_TEACHER:
+            raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r}: the fleet task {env_id} "
+                             f"imitates only {FLEET_TEACHER!r} (fleet.baselines)")
 
     def to_dict(self) -> dict[str, Any]:
         """Field name -> value."""
@@ -195,7 +207,13 @@ class ServingSetup:
         """A fleet as it is: the prior and the warm-up on its default configuration, [R, least-loaded]."""
         self._check_fleet(env.env_id)
         default = np.array([params.num_replicas, FLEET_DEFAULT_ROUTING], np.int32)
-        return TrainingEnv(env, params, default if self.default_logit > 0 else None, default)
+        teacher = None
+        if self.imitation_episodes:
+            from inferencegym_jax.fleet.baselines import fleet_baselines
+
+            teacher = teachers.ControllerTeacher(env, params, self.imitation_episodes,
+                                                 fleet_baselines(env, params)[FLEET_TEACHER])
+        return TrainingEnv(env, params, default if self.default_logit > 0 else None, default, teacher)
 
     def _in_layout(self, env: Any) -> Any:
         """`env` in action_mode's layout: a plain serving env is wrapped, a wrapped one must match."""
