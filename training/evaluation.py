@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -122,7 +122,7 @@ def fleet_heldout_params(env_id: str, train_params: FleetParams) -> FleetParams:
     from inferencegym_jax.fleet.tasks import make_fleet
 
     _, heldout = make_fleet(env_id, split="heldout")
-    return train_params.replace(curve=heldout.curve)
+    return dataclasses.replace(train_params, curve=heldout.curve)
 
 
 def fleet_baseline_controllers(trainer: Trainer, params: FleetParams,
@@ -131,7 +131,7 @@ def fleet_baseline_controllers(trainer: Trainer, params: FleetParams,
     every one); ValueError naming the unknown ones and the available."""
     from inferencegym_jax.fleet.baselines import fleet_baselines
 
-    available = fleet_baselines(trainer.env, params)
+    available = fleet_baselines(cast(FleetEnv, trainer.env), params)
     names = list(available) if baseline_names is None else baseline_names
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -158,7 +158,8 @@ def evaluate_fleet(trainer: Trainer, runner: RunnerState, num_episodes: int, eva
     ppo = trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)
     controllers = {PPO_NAME: evaluate.as_controller(ppo), **fleet_baseline_controllers(trainer, params,
                                                                                         baseline_names)}
-    return graded_table(trainer.env, params, controllers, evaluate.evaluation_key(eval_seed), num_episodes)
+    key = evaluate.evaluation_key(eval_seed)
+    return graded_table(cast(FleetEnv, trainer.env), params, controllers, key, num_episodes)
 
 
 def fleet_levels(episodes: dict[str, Any], num_steps: int) -> dict[str, float]:

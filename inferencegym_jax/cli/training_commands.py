@@ -295,7 +295,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     if config.imitation_episodes and not args.resume and start is None:
         teacher = {"mpc": "the causal mpc", "switch_rule": "the switching rule",
-               "forecast": "the seasonal forecast baseline"}[config.imitation_teacher]
+                   "forecast": "the seasonal forecast baseline"}[config.imitation_teacher]
         print(f"imitating {teacher} first: {config.imitation_episodes} of its episodes and "
               f"{config.imitation_rounds} DAgger round(s) of as many (training/imitation.py; minutes on a CPU)",
               flush=True)
