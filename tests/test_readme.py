@@ -99,8 +99,9 @@ def test_readme_has_a_quick_start_on_the_newest_task():
 
 def _python_params() -> list:
     """One case per python block; rejax's (a PPO run, ~1.5 min on 2 cores, mostly compilation) in
-    the slow tier, beside tests/test_gymnax_wrappers.py's test of the same settings."""
-    return [pytest.param(i, marks=[pytest.mark.slow] if "import rejax" in block else [])
+    the slow tier, beside tests/test_gymnax_wrappers.py's test of the same settings, and the
+    fleet's (compiling its 60-s step, ~20 s), beside tests/test_fleet_env.py."""
+    return [pytest.param(i, marks=[pytest.mark.slow] if "import rejax" in block or "Fleet" in block else [])
             for i, block in enumerate(python_blocks())]
 
 
