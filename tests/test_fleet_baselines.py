@@ -62,6 +62,7 @@ def episodes(small):
     return jax.device_get(run(jax.random.key(7)))
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles fleet episodes of three controllers
 def test_runner_totals_equal_the_env_episode_sums(episodes, small):
     _, params = small
     for last, records in episodes:
@@ -75,6 +76,7 @@ def test_runner_totals_equal_the_env_episode_sums(episodes, small):
         np.testing.assert_allclose(summary.slo_attainment, 1.0 - ep.slo_violations / ep.judged, rtol=1e-5)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles fleet episodes of three controllers
 def test_static_holds_its_count(episodes):
     _, records = episodes[0]
     assert np.all(records["target"] == 4.0)
@@ -82,6 +84,7 @@ def test_static_holds_its_count(episodes):
     np.testing.assert_allclose(records["gpu_seconds"], 4 * 60.0, rtol=1e-5)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles fleet episodes of three controllers
 def test_oracle_uses_fewer_gpu_hours_than_static(episodes):
     (_, static), (_, oracle) = episodes
     assert oracle["gpu_seconds"].sum() < 0.9 * static["gpu_seconds"].sum()

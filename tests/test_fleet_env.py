@@ -111,6 +111,7 @@ def test_reset_and_step_shapes_dtypes_and_spaces(fleet_env):
     assert float(obs2.episode_fraction) == pytest.approx(1 / SHORT)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a second env or a vmapped step
 def test_vmap_over_keys_matches_unbatched(fleet_env):
     env, params, jitted = fleet_env
     keys = jax.random.split(jax.random.key(2), 3)
@@ -357,6 +358,7 @@ def close(actual, expected, what: str) -> None:
     assert np.all(np.abs(a - e) <= RTOL * scale), f"{what}: max diff {np.abs(a - e).max()} of {scale}"
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a second env or a vmapped step
 def test_one_replica_fleet_reproduces_the_single_server_env(one_replica_runs):
     sp, fs, ss, totals, metrics, arrivals, judged = one_replica_runs
     assert float(totals.arrived.sum()) > 100.0 and float(totals.slo_violations.sum()) > 1.0
@@ -373,6 +375,7 @@ def test_one_replica_fleet_reproduces_the_single_server_env(one_replica_runs):
     chex.assert_trees_all_equal(fs.workload, ss.workload)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a second env or a vmapped step
 def test_one_replica_ttft_p99_matches_in_every_interval(one_replica_runs):
     _, _, _, totals, metrics, *_ = one_replica_runs
     close(totals.ttft_p99_s, metrics.ttft_p99_s, "ttft_p99_s")

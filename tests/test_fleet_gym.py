@@ -91,6 +91,7 @@ def test_fleet_ids_are_registered_by_the_front_door():
         fg.fleet_task_id("InferenceGym-Task1-v0")
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles the adapter's fleet programs
 def test_gymnasium_check_env_passes_without_warnings():
     env = gymnasium.make(GYM_ID, max_steps=HORIZON)
     assert isinstance(env.unwrapped, fg.FleetGymnasiumEnv) and env.unwrapped.task_id == TASK

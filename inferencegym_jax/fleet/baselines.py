@@ -22,7 +22,7 @@ HPA: the algorithm of https://kubernetes.io/docs/concepts/workloads/autoscaling/
   Knative's "rps" metric). The alternative production guides give, vLLM's waiting + running
   requests per replica (llm-d, https://llm-d.ai/docs/dev/architecture/autoscaling: "absolute
   per-replica queued-request and running-request targets"; KServe's KEDA guide), is a gauge that
-  Prometheus averages over a scrape window; read as one end-of-interval snapshot of this fluid
+  Prometheus averages over a scrape window; read as one end-of-interval snapshot of the
   engine, whose code requests finish within seconds, it swung from 0.001 to 1.4 requests per
   replica between minutes of a steady load (a probe on a training window), so the HPA on it
   scaled on noise. `hpa_queue_metric` keeps it for comparison.

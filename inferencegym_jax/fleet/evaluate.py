@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -106,27 +106,16 @@ def _record(seen: Seen, step: StepOutput, params: FleetParams) -> dict[str, jax.
 def play_fleet_episode(env: FleetEnv, params: FleetParams, controller: Any, key: jax.Array, num_steps: int
                        ) -> tuple[Seen, dict[str, jax.Array]]:
     """One fleet episode of `num_steps` intervals of `controller` (a Controller or a policy) from a
-    reset with `key`, the keys of `evaluate.play_episode`: (k_reset, k_env, k_policy) = split(key, 3),
-    interval t steps with fold_in(k_env, t) and asks the controller with fold_in(k_policy, t).
+    reset with `key`: the package's one episode loop, `evaluate.play_episode` ((k_reset, k_env,
+    k_policy) = split(key, 3), interval t steps with fold_in(k_env, t) and asks the controller with
+    fold_in(k_policy, t)), recording `_record` of each interval.
 
     Returns (what the controller would be shown after the last interval, the per-interval records:
     a dict of float32 (T,) arrays, `_record`'s keys)."""
-    ctrl = evaluate.as_controller(controller)
-    k_reset, k_env, k_policy = jax.random.split(key, 3)
-    obs, state = env.reset_env(k_reset, params)
-    memory = ctrl.init(key, Seen(jnp.int32(0), obs, state), params)
-
-    def body(carry: tuple, t: jax.Array) -> tuple:
-        obs, state, memory = carry
-        seen = Seen(t, obs, state)
-        action, memory = ctrl.act(memory, jax.random.fold_in(k_policy, t), seen, params)
-        obs, nxt, reward, _, _, info = env.step_env(jax.random.fold_in(k_env, t), state, action, params)
-        step = StepOutput(t, state, obs, nxt, reward, info)
-        return (obs, nxt, ctrl.update(memory, step, params)), _record(seen, step, params)
-
-    records: dict[str, jax.Array]
-    (obs, state, _), records = jax.lax.scan(body, (obs, state, memory), jnp.arange(num_steps))
-    return Seen(jnp.int32(num_steps), obs, state), records
+    # play_episode is typed for the serving env; it calls only what FleetEnv has too (reset_env, step_env).
+    last, records, _ = evaluate.play_episode(cast(Any, env), cast(Any, params), controller, key, num_steps,
+                                             lambda seen, memory, step: _record(seen, step, params))
+    return last, records
 
 
 def _episodes_of(records: dict[str, jax.Array], start_minute: jax.Array, interval_s: jax.Array) -> FleetEpisodes:

@@ -5,9 +5,9 @@
     figure = plot_fleet_episode(series, "fleet_day.png", title="static 12 replicas")
 
 `fleet_episode_series` plays one episode of a plain policy `(key, obs, params) -> action` (int32
-(2,) [target replicas, routing rule]) through `env.step_env` in one jitted `lax.scan` and returns
-per-interval host arrays (`FleetSeries`); it is for figures, not grading (the graded runner is
-`fleet.evaluate`). `plot_fleet_episode` draws four panels on a `matplotlib.figure.Figure` (no
+(2,) [target replicas, routing rule]) through the package's episode loop (`evaluate.play_episode`,
+jitted; the keys of a graded episode of `fleet.evaluate`) and returns per-interval host arrays
+(`FleetSeries`) for figures. `plot_fleet_episode` draws four panels on a `matplotlib.figure.Figure` (no
 pyplot, so no global state and any backend; matplotlib is imported only when drawing) and
 writes it as a PNG atomically (`files.atomic_write_bytes`).
 """
@@ -18,16 +18,18 @@ import dataclasses
 import io
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from inferencegym_jax import evaluate
 from inferencegym_jax.files import atomic_write_bytes
 from inferencegym_jax.fleet.day_traffic import MINUTE_S, rate_at
 from inferencegym_jax.fleet.env import FleetEnv, FleetObservation, FleetParams
 from inferencegym_jax.numerics import safe_div
+from inferencegym_jax.protocols import Seen, StepOutput
 
 Policy = Callable[[jax.Array, FleetObservation, FleetParams], Any]
 HOUR_S = 3600.0  # [s]
@@ -83,24 +85,19 @@ def static_policy(replicas: int, routing: int = 0) -> Policy:
 
 
 def _run(env: FleetEnv, params: FleetParams, policy: Policy, key: jax.Array, steps: int) -> dict[str, Any]:
-    """The jitted scan behind `fleet_episode_series`: per-interval totals, curve rates, start."""
-    reset_key, run_key = jax.random.split(key)
-    obs, state = env.reset_env(reset_key, params)
+    """The jitted episode behind `fleet_episode_series` (`evaluate.play_episode`, so its keys are
+    a graded episode's): per-interval totals, curve rates, start."""
+    def record(seen: Seen, memory: Any, step: StepOutput) -> dict[str, jax.Array]:
+        totals = step.info["totals"]
+        minute = seen.state.start_minute + jnp.floor(seen.t * params.control_interval_s / MINUTE_S).astype(jnp.int32)
+        return {"arrived": totals.arrived, "curve_rate": rate_at(params.curve, minute), "serving": totals.serving,
+                "warming": totals.warming, "draining": totals.draining,
+                "attainment": 1.0 - safe_div(totals.slo_violations, totals.judged),
+                "gpu_seconds": totals.gpu_seconds, "cost_usd": totals.cost_usd}
 
-    def body(carry: tuple, t: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-        obs, state = carry
-        policy_key, step_key = jax.random.split(jax.random.fold_in(run_key, t))
-        minute = state.start_minute + jnp.floor(t * params.control_interval_s / MINUTE_S).astype(jnp.int32)
-        obs, state, _, _, _, info = env.step_env(step_key, state, policy(policy_key, obs, params), params)
-        totals = info["totals"]
-        out = {"arrived": totals.arrived, "curve_rate": rate_at(params.curve, minute), "serving": totals.serving,
-               "warming": totals.warming, "draining": totals.draining,
-               "attainment": 1.0 - safe_div(totals.slo_violations, totals.judged),
-               "gpu_seconds": totals.gpu_seconds, "cost_usd": totals.cost_usd}
-        return (obs, state), out
-
-    _, out = jax.lax.scan(body, (obs, state), jnp.arange(steps))
-    return {**out, "start_minute": state.start_minute}
+    # play_episode is typed for the serving env; it calls only what FleetEnv has too (reset_env, step_env).
+    last, out, _ = evaluate.play_episode(cast(Any, env), cast(Any, params), cast(Any, policy), key, steps, record)
+    return {**out, "start_minute": last.state.start_minute}
 
 
 def fleet_episode_series(env: FleetEnv, params: FleetParams, policy: Policy, key: jax.Array,
