@@ -71,12 +71,12 @@ from inferencegym_jax import evaluate
 from inferencegym_jax.fleet.env import ACTION_NAMES, OBS_SIZE, ROUTING_RULES, ControlTotals, FleetEnv, FleetParams
 from inferencegym_jax.fleet.tasks import fleet_envs, is_fleet_id, make_fleet
 from inferencegym_jax.interop.gym_host import (
-    MAX_SEED,
     NAMESPACE,
     RENDER_MODES,
     check_options,
     check_render_mode,
     gymnasium_id,
+    next_stream,
 )
 from inferencegym_jax.traffic import sampling
 
@@ -240,14 +240,7 @@ class FleetGymnasiumEnv(gymnasium.Env):
         stream = check_options(options, seed)
         seed = None if seed is None else sampling.check_seed(seed)
         super().reset(seed=seed)
-        if seed is not None:
-            self._root, self._episode = jax.random.key(seed), 0
-        elif stream is not None:
-            self._root, self._episode = stream
-        elif self._root is None:
-            self._root, self._episode = jax.random.key(int(self.np_random.integers(MAX_SEED + 1))), 0
-        else:
-            self._episode += 1
+        self._root, self._episode = next_stream(self._root, self._episode, seed, stream, self.np_random)
         obs, self._state, start = _start(self.env, self.params, self._root, np.int32(self._episode))
         self._last = (0, None, None)
         return np.array(obs), {"start_minute": int(start)}

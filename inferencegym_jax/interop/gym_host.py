@@ -67,6 +67,20 @@ def check_options(options: Mapping[str, Any] | None, seed: Any) -> tuple[jax.Arr
     return sampling.as_key(options["key"]), int(episode)
 
 
+def next_stream(root: jax.Array | None, episode: int, seed: int | None, stream: tuple[jax.Array, int] | None,
+                np_random: np.random.Generator) -> tuple[jax.Array, int]:
+    """(stream root, episode) a reset starts, as the adapters' module docstrings say: a seed starts
+    the stream jax.random.key(seed) at episode 0, options' (key, episode) that episode, a first
+    reset without either a stream drawn from gymnasium's `np_random`, any other the next episode."""
+    if seed is not None:
+        return jax.random.key(seed), 0
+    if stream is not None:
+        return stream
+    if root is None:
+        return jax.random.key(int(np_random.integers(MAX_SEED + 1))), 0
+    return root, episode + 1
+
+
 def check_actions(actions: Any, nvec: np.ndarray, name: str = "action") -> np.ndarray:
     """int32 grid indices of `actions`, shape nvec.shape ((5,), or (N, 5) for a batch).
 

@@ -17,13 +17,13 @@ import numpy as np
 
 from inferencegym_jax.env import EnvParams
 from inferencegym_jax.interop.gym_host import (
-    MAX_SEED,
     RENDER_MODES,
     check_actions,
     check_options,
     check_render_mode,
     describe,
     make_task,
+    next_stream,
     to_python,
 )
 from inferencegym_jax.interop.gym_programs import AdapterState, output_layout, start_batch, step_batch
@@ -73,14 +73,7 @@ class GymnasiumEnv(gymnasium.Env):
         stream = check_options(options, seed)
         seed = None if seed is None else sampling.check_seed(seed)
         super().reset(seed=seed)
-        if seed is not None:
-            self._root, self._episode = jax.random.key(seed), 0
-        elif stream is not None:
-            self._root, self._episode = stream
-        elif self._root is None:
-            self._root, self._episode = jax.random.key(int(self.np_random.integers(MAX_SEED + 1))), 0
-        else:
-            self._episode += 1
+        self._root, self._episode = next_stream(self._root, self._episode, seed, stream, self.np_random)
         obs, self._state = start_batch(self.env, self.params, self._root[None], np.array([self._episode], np.int32))
         self._last = (0, None, None)
         return np.array(obs[0]), {}
