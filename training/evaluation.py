@@ -169,12 +169,9 @@ def fleet_levels(episodes: dict[str, Any], num_steps: int) -> dict[str, float]:
 
 
 def _per_episode(episodes: Any, num_episodes: int) -> dict[str, Any]:
-    """The fields of a `FleetEpisodes` (a NamedTuple or a dataclass) that hold one value per
-    episode, (num_episodes,), JSON-ready; per-interval arrays are left out."""
-    if hasattr(episodes, "_asdict"):
-        fields = episodes._asdict()
-    else:
-        fields = {f.name: getattr(episodes, f.name) for f in dataclasses.fields(episodes)}
+    """The fields of a `fleet.evaluate.FleetEpisodes` that hold one value per episode,
+    (num_episodes,), JSON-ready; per-interval arrays are left out."""
+    fields = {f.name: getattr(episodes, f.name) for f in dataclasses.fields(episodes)}
     return {name: _plain(np.asarray(v)) for name, v in fields.items() if np.shape(v) == (num_episodes,)}
 
 
