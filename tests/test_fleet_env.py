@@ -230,6 +230,7 @@ def scaled_episode(fleet_env):
     return params, start, states, rewards, infos
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a scripted 12-step episode
 def test_episode_return_is_minus_the_episode_cost(scaled_episode):
     params, start, states, rewards, infos = scaled_episode
     episode = last(states).episode
@@ -248,6 +249,7 @@ def test_episode_return_is_minus_the_episode_cost(scaled_episode):
     assert infos["totals"].serving.tolist() == [16, 16, 3, 3, 3, 0, 0, 0, 10, 10, 10, 10]
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a scripted 12-step episode
 def test_expected_requests_are_the_curves_over_the_episode_inside_jit(scaled_episode):
     _, start, *_ = scaled_episode
     counts = requests_per_minute("azure-code-2024")[DAYTIME:DAYTIME + len(SCALED_TARGETS)].sum()
@@ -255,6 +257,7 @@ def test_expected_requests_are_the_curves_over_the_episode_inside_jit(scaled_epi
     assert float(start.expected_requests) == pytest.approx(counts * 0.4, rel=1e-4)
 
 
+@pytest.mark.slow  # the fast tier's budget: compiles a scripted 12-step episode
 def test_arrivals_are_judged_or_still_in_the_system(scaled_episode):
     """Every arrival is judged (completed, timed out, failed, refused with no replica receiving,
     or dropped as a retired replica's residue: `fleet_metrics`' judged counts lost and residue)
