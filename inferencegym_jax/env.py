@@ -89,7 +89,7 @@ class EnvState:
     last: serving.IntervalMetrics
 
 
-def params_fingerprint(params: EnvParams) -> str:
+def params_fingerprint(params: Any) -> str:
     """SHA-256 of a concrete params pytree: its structure (static fields included), and every
     leaf's shape, dtype and bytes. Equal exactly when two params define the same task."""
     digest = hashlib.sha256()

@@ -25,7 +25,6 @@ One step is one control interval of `substeps` physics intervals of `server.dt_s
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any
 
 import jax
@@ -36,7 +35,7 @@ from jax import Array
 
 from inferencegym_jax import spaces, validation
 from inferencegym_jax.actions import ServingAction
-from inferencegym_jax.env import auto_reset
+from inferencegym_jax.env import auto_reset, params_fingerprint
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, MINUTE_S, DayCurve, rate_at, requests_between
 from inferencegym_jax.fleet.physics import fleet_interval, scale_to
 from inferencegym_jax.fleet.routing import least_loaded_weights
@@ -245,14 +244,11 @@ class FleetEnv:
     def __repr__(self) -> str:
         return f"FleetEnv({self.env_id!r})"
 
+    # Envs are static arguments of jitted programs (evaluation, the gymnasium adapter): equal envs
+    # (same id, same default params value for value) share compiled programs, as the serving env's do.
     def _identity(self) -> tuple[type, str, str]:
         if not hasattr(self, "_fingerprint"):
-            digest = hashlib.sha256()
-            leaves, treedef = jax.tree_util.tree_flatten(self._default_params)
-            digest.update(str(treedef).encode())
-            for leaf in leaves:
-                digest.update(np.asarray(leaf).tobytes())
-            self._fingerprint = digest.hexdigest()
+            self._fingerprint = params_fingerprint(self._default_params)
         return type(self), self.env_id, self._fingerprint
 
     def __eq__(self, other: object) -> bool:
