@@ -20,21 +20,24 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.traffic.workload",),
     ("inferencegym_jax.traffic",),
     ("inferencegym_jax.serving",),
-    # R replicas of the server: routing, vmapped intervals, scaling; a day of real load
+    # R replicas of the server: routing, vmapped intervals, scaling; a day of real load; two weeks of
+    # clients' load and the reservation task's day model
     ("inferencegym_jax.fleet.types", "inferencegym_jax.fleet.routing", "inferencegym_jax.fleet.physics",
-     "inferencegym_jax.fleet.day_traffic"),
+     "inferencegym_jax.fleet.day_traffic", "inferencegym_jax.fleet.servegen", "inferencegym_jax.fleet.reservation_day"),
     ("inferencegym_jax.validation", "inferencegym_jax.observation", "inferencegym_jax.reward",
      "inferencegym_jax.ttft_tally"),
     ("inferencegym_jax.task_config",),
     ("inferencegym_jax.param_checks",),
     ("inferencegym_jax.env",),
-    ("inferencegym_jax.fleet.env",),  # the fleet env: an autoscaler and a router over the fleet
+    # the fleet env (an autoscaler and a router over the fleet); the day-ahead reservation env
+    ("inferencegym_jax.fleet.env", "inferencegym_jax.fleet.reservation"),
     ("inferencegym_jax.tasks",),
-    ("inferencegym_jax.fleet.tasks",),
-    ("inferencegym_jax.registry",),  # `make` of every id, servers and fleets
+    ("inferencegym_jax.fleet.tasks", "inferencegym_jax.fleet.reservation_tasks"),
+    ("inferencegym_jax.registry",),  # `make` of every id: servers, fleets, reservation tasks
     ("inferencegym_jax.sharding", "inferencegym_jax.graders", "inferencegym_jax.evaluate"),
     ("inferencegym_jax.baselines", "inferencegym_jax.wrappers", "inferencegym_jax.control",
-     "inferencegym_jax.fleet.evaluate", "inferencegym_jax.fleet.baselines"),
+     "inferencegym_jax.fleet.evaluate", "inferencegym_jax.fleet.baselines",
+     "inferencegym_jax.fleet.reservation_baselines"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
      "inferencegym_jax.fleet.plot",
      "inferencegym_jax.loadtest", "inferencegym_jax.request_stats", "inferencegym_jax.interop.gymnasium_env",
