@@ -39,7 +39,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "inferencegym_jax.fleet.evaluate", "inferencegym_jax.fleet.baselines",
      "inferencegym_jax.fleet.reservation_baselines"),
     ("inferencegym_jax.generate", "inferencegym_jax.testing", "inferencegym_jax.episode_plot",
-     "inferencegym_jax.fleet.plot",
+     "inferencegym_jax.fleet.plot", "inferencegym_jax.fleet.reservation_plot",
      "inferencegym_jax.loadtest", "inferencegym_jax.request_stats", "inferencegym_jax.interop.gymnasium_env",
      "inferencegym_jax.interop.gym_grading",
      "inferencegym_jax.interop.gym_vector", "inferencegym_jax.interop.gym_single",
