@@ -59,7 +59,26 @@ def heldout(env_id: str, chosen: dict, episodes: int, seed: int) -> list[dict]:
     table, _ = rb.reservation_table(env, params, rb.reservation_baselines(env, params, chosen),
                                     evaluate.evaluation_key(seed), episodes)
     print(table.round(4).to_string(), flush=True)
-    return [{"policy": name, **{k: round(float(v), 6) for k, v in row.items()}} for name, row in table.iterrows()]
+    return [{"policy": name, **{k: round(float(v), 6) for k, v in row.items() if np.isfinite(v)}}
+            for name, row in table.iterrows()]
+
+
+DOC = ROOT / "docs" / "RESERVATION.md"
+DOC_MARKERS = ("<!-- reserve1-baselines:start -->", "<!-- reserve1-baselines:end -->")
+DOC_COLUMNS = (("score", "score", "{:.3f}"), ("score_ci95", "± 95 %", "{:.3f}"), ("J", "J (7 days)", "{:.3f}"),
+               ("cost_usd", "$ / 7 days", "{:,.0f}"), ("reserved_gpu_h", "reserved GPU-h", "{:,.0f}"),
+               ("on_demand_gpu_h", "on-demand GPU-h", "{:,.0f}"), ("slo_attainment", "SLO attainment", "{:.4f}"),
+               ("d_J_vs_week_peak", "J - week_peak", "{:+.3f}"), ("d_J_vs_week_peak_ci95", "± 95 %", "{:.3f}"))
+
+
+def markdown(rows: list[dict]) -> str:
+    """The held-out table as markdown (docs/RESERVATION.md holds it between DOC_MARKERS)."""
+    lines = ["| policy | " + " | ".join(head for _, head, _ in DOC_COLUMNS) + " |",
+             "|---|" + "---|" * len(DOC_COLUMNS)]
+    for row in rows:
+        cells = ["" if key not in row else fmt.format(row[key]) for key, _, fmt in DOC_COLUMNS]
+        lines.append(f"| {row['policy']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

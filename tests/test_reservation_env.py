@@ -194,3 +194,17 @@ def test_baseline_choice_is_current():
     run = subprocess.run([sys.executable, str(ROOT / "scripts" / "reservation_baselines.py"), "--check"],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
+
+
+def test_doc_table_is_current():
+    """docs/RESERVATION.md holds the held-out table of data/fleet/reserve1_v1_baselines.json."""
+    import importlib.util
+    import json
+
+    path = ROOT / "scripts" / "reservation_baselines.py"
+    spec = importlib.util.spec_from_file_location("reservation_baselines_script", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    rows = json.loads((ROOT / "data" / "fleet" / "reserve1_v1_baselines.json").read_text())["heldout"]["table"]
+    start, end = script.DOC_MARKERS
+    assert f"{start}\n{script.markdown(rows)}{end}" in (ROOT / "docs" / "RESERVATION.md").read_text()
