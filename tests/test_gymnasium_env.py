@@ -363,7 +363,8 @@ def test_bad_input_names_what_was_typed(short):
         ge.GymnasiumVectorEnv(2, TASK, autoreset_mode=AutoresetMode.DISABLED)
 
 
-GYMNASIUM_MODULES = ("gymnasium_env", "gym_single", "gym_vector", "gym_grading", "fleet_gym")  # those that import it
+GYMNASIUM_MODULES = ("gymnasium_env", "gym_single", "gym_vector", "gym_grading", "fleet_gym",
+                     "reservation_gym")  # those that import it
 
 
 @pytest.mark.parametrize("name", GYMNASIUM_MODULES)

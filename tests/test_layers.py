@@ -44,7 +44,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "inferencegym_jax.interop.gym_grading",
      "inferencegym_jax.interop.gym_vector", "inferencegym_jax.interop.gym_single",
      "inferencegym_jax.interop.gym_host", "inferencegym_jax.interop.gym_programs",
-     "inferencegym_jax.interop.fleet_gym"),
+     "inferencegym_jax.interop.fleet_gym", "inferencegym_jax.interop.reservation_gym"),
     ("inferencegym_jax.interop", "inferencegym_jax.fleet"),  # fleet: the package's __init__ (its core re-exported)
     ("training",),
     ("inferencegym_jax.training_setup",),  # builds what training trains on: the serving env, its teacher

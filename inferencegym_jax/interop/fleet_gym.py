@@ -69,16 +69,15 @@ import numpy as np
 
 from inferencegym_jax import evaluate
 from inferencegym_jax.fleet.env import ACTION_NAMES, OBS_SIZE, ROUTING_RULES, ControlTotals, FleetEnv, FleetParams
-from inferencegym_jax.fleet.tasks import fleet_envs, is_fleet_id, make_fleet
+from inferencegym_jax.fleet.tasks import fleet_envs, make_fleet
 from inferencegym_jax.interop.gym_host import (
-    NAMESPACE,
     RENDER_MODES,
-    check_options,
-    check_render_mode,
+    AdapterTask,
+    StreamedEnv,
+    check_entries,
     gymnasium_id,
-    next_stream,
+    json_scalars,
 )
-from inferencegym_jax.traffic import sampling
 
 __all__ = ["FLEET_ENTRY_POINT", "TOTAL_NAMES", "FleetGymnasiumEnv", "check_fleet_action", "fleet_task_id",
            "register_fleet_envs"]
@@ -90,15 +89,13 @@ TOTAL_NAMES = tuple(ControlTotals.__dataclass_fields__)  # ControlTotals' fields
 # ----------------------------------------------------------------------------- ids and checks
 
 
+FLEET_TASKS = AdapterTask(fleet_envs, make_fleet, FleetEnv)
+
+
 def fleet_task_id(task: str) -> str:
     """The fleet task id ("InferenceGym-Fleet1-v1") of a fleet task id or its gymnasium id
     ("InferenceGym/Fleet1-v1"); ValueError naming what was typed otherwise."""
-    if isinstance(task, str) and task.startswith(NAMESPACE + "/"):
-        task = task.replace("/", "-", 1)
-    if not is_fleet_id(task):
-        allowed = fleet_envs() + [gymnasium_id(i) for i in fleet_envs()]
-        raise ValueError(f"task_id={task!r}: must be one of {allowed}")
-    return task
+    return FLEET_TASKS.task_id(task)
 
 
 def register_fleet_envs() -> list[str]:
@@ -122,42 +119,8 @@ def check_fleet_action(action: Any, nvec: np.ndarray, name: str = "action") -> n
       ValueError: wrong shape, a non-integer dtype, or an entry outside [0, nvec - 1] (the
         message names the entry, its name, the value and the allowed range).
     """
-    values = np.asarray(action)
-    if values.shape != nvec.shape:
-        raise ValueError(f"{name} must be an int array of shape {nvec.shape} ({list(ACTION_NAMES)}), "
-                         f"got shape {values.shape}")
-    if not np.issubdtype(values.dtype, np.integer):
-        raise ValueError(f"{name} must have an integer dtype ({list(ACTION_NAMES)}), got {values.dtype}")
-    bad = np.flatnonzero((values < 0) | (values >= nvec))
-    if bad.size:
-        i = int(bad[0])
-        rules = f" ({', '.join(f'{k} {r}' for k, r in enumerate(ROUTING_RULES))})" if i == 1 else ""
-        raise ValueError(f"{name}[{i}] ({ACTION_NAMES[i]}) = {int(values[i])} is outside its range "
-                         f"[0, {int(nvec[i]) - 1}]{rules}")
-    return values.astype(np.int32)
-
-
-@functools.cache
-def _training_env(env_id: str) -> FleetEnv:
-    """The task's env with its training params: the static argument of the jitted programs."""
-    return make_fleet(env_id)[0]
-
-
-def _make(task_id: str, split: str | None, params: FleetParams | None, overrides: dict[str, Any]
-          ) -> tuple[str, FleetEnv, FleetParams]:
-    """(task id, the static env, the params that run): `params`, or the task with `split` and
-    `overrides` (`make_fleet`'s checks: ValueError naming the key)."""
-    env_id = fleet_task_id(task_id)
-    env = _training_env(env_id)
-    if params is not None:
-        if split is not None or overrides:
-            given = ["split"] * (split is not None) + sorted(overrides)
-            raise ValueError(f"pass params= or split and task overrides ({', '.join(given)}), not both")
-        FleetEnv(params, env_id)  # the env's own check (ValueError naming the type)
-        return env_id, env, params
-    if split is None and not overrides:
-        return env_id, env, env.default_params
-    return env_id, env, make_fleet(env_id, "train" if split is None else split, **overrides)[1]
+    rules = f" ({', '.join(f'{k} {r}' for k, r in enumerate(ROUTING_RULES))})"
+    return check_entries(action, nvec, ACTION_NAMES, name, notes={1: rules})
 
 
 # ----------------------------------------------------------------------------- the jitted programs
@@ -192,18 +155,10 @@ def _step(env: FleetEnv, params: FleetParams, state: Any, root: jax.Array, episo
                    "truncated": truncated, "info": out_info}
 
 
-def _plain(tree: Any) -> Any:
-    """Host arrays of 0-d leaves as Python ints and floats (JSON-safe)."""
-    if isinstance(tree, dict):
-        return {k: _plain(v) for k, v in tree.items()}
-    value = np.asarray(tree)
-    return int(value) if np.issubdtype(value.dtype, np.integer) else float(value)
-
-
 # ----------------------------------------------------------------------------- the env
 
 
-class FleetGymnasiumEnv(gymnasium.Env):
+class FleetGymnasiumEnv(StreamedEnv, gymnasium.Env):
     """One fleet env as a `gymnasium.Env` (spaces, keys, info: the module docstring).
 
     Args:
@@ -222,26 +177,19 @@ class FleetGymnasiumEnv(gymnasium.Env):
 
     def __init__(self, task_id: str = "InferenceGym-Fleet1-v1", split: str | None = None,
                  params: FleetParams | None = None, render_mode: str | None = None, **overrides: Any):
-        self.render_mode = check_render_mode(render_mode)
-        self.task_id, self.env, self.params = _make(task_id, split, params, overrides)
+        self._init_task(FLEET_TASKS, task_id, split, params, overrides, render_mode)
         self._nvec = np.asarray(self.env.action_space(self.params).nvec, np.int64)
         self.action_space = gymnasium.spaces.MultiDiscrete(self._nvec)
         self.observation_space = gymnasium.spaces.Box(0.0, 1.0, (OBS_SIZE,), np.float32)
         self._horizon = int(self.params.max_steps_in_episode)
-        self._root: jax.Array | None = None
-        self._episode = 0
-        self._state: Any = None
         self._last: tuple[int, float | None, dict[str, Any] | None] = (0, None, None)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[np.ndarray, dict[str, int]]:
         """Start an episode (module docstring); returns (obs float32 (OBS_SIZE,) in [0, 1],
         {"start_minute": int [min]})."""
-        stream = check_options(options, seed)
-        seed = None if seed is None else sampling.check_seed(seed)
-        super().reset(seed=seed)
-        self._root, self._episode = next_stream(self._root, self._episode, seed, stream, self.np_random)
-        obs, self._state, start = _start(self.env, self.params, self._root, np.int32(self._episode))
+        root, episode = self._begin(seed, options)
+        obs, self._state, start = _start(self.env, self.params, root, episode)
         self._last = (0, None, None)
         return np.array(obs), {"start_minute": int(start)}
 
@@ -252,12 +200,11 @@ class FleetGymnasiumEnv(gymnasium.Env):
         Raises:
           ValueError: before `reset`, or for an action of the wrong shape, dtype or range.
         """
-        if self._state is None or self._root is None:
-            raise ValueError("call reset() before step()")
+        state, root, episode = self._running()
         indices = check_fleet_action(action, self._nvec)
-        self._state, out = _step(self.env, self.params, self._state, self._root, np.int32(self._episode), indices)
+        self._state, out = _step(self.env, self.params, state, root, episode, indices)
         out = jax.device_get(out)  # the state stays on the device
-        info = _plain(out["info"])
+        info = json_scalars(out["info"])
         reward = float(out["reward"])
         self._last = (info["timestep"], reward, info)
         return np.array(out["obs"]), reward, bool(out["terminated"]), bool(out["truncated"]), info

@@ -1,10 +1,14 @@
 """The host side shared by the gymnasium adapters (`gymnasium_env`): task ids, argument checks
-(ValueError naming the argument) and the conversion of step infos to Python and NumPy values.
+(ValueError naming the argument) and the conversion of step infos to Python and NumPy values;
+for the one-env adapters of the other task families (`fleet_gym`, `reservation_gym`) their task
+family (`AdapterTask`) and the stream of episodes their resets start (`StreamedEnv`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -15,8 +19,9 @@ from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.env import EnvParams, InferenceGymEnv
 from inferencegym_jax.traffic import sampling
 
-__all__ = ["MAX_SEED", "NAMESPACE", "RENDER_MODES", "RESET_OPTIONS", "batched_info", "check_actions",
-           "check_options", "check_render_mode", "describe", "gymnasium_id", "make_task", "task_id_of", "to_python"]
+__all__ = ["MAX_SEED", "NAMESPACE", "RENDER_MODES", "RESET_OPTIONS", "AdapterTask", "StreamedEnv", "batched_info",
+           "check_actions", "check_entries", "check_options", "check_render_mode", "describe", "gymnasium_id",
+           "json_scalars", "make_task", "task_id_of", "to_python"]
 
 NAMESPACE = "InferenceGym"
 RENDER_MODES = ["ansi"]
@@ -170,3 +175,125 @@ def describe(timestep: int, horizon: int, reward: float | None, info: Mapping[st
             f"{m['tokens_per_s']:.0f} tokens/s, TTFT p50/p99 {m['ttft_p50_s']:.2f}/{m['ttft_p99_s']:.2f} s, "
             f"SLO violations {100 * m['slo_violation_rate']:.1f}%, KV {100 * m['kv_occupancy']:.0f}% | {config}")
 
+
+
+# ----------------------------------------------------------------------------- one-env adapters of other families
+
+
+def check_entries(action: Any, nvec: np.ndarray, names: Sequence[str], name: str = "action",
+                  notes: Mapping[int, str] | None = None, what: str | None = None) -> np.ndarray:
+    """int32 copy of one env's `action`, shape nvec.shape (1-d), entry i in [0, nvec[i] - 1].
+
+    Args:
+      names: the entries' names (the messages name them); notes: a text added after entry i's
+        range (the meaning of its values); what: the entries described in the shape message
+        (default: their names).
+
+    Raises:
+      ValueError: wrong shape, a non-integer dtype, or an entry outside its range (the message
+        names the entry, its name, the value and the allowed range).
+    """
+    values = np.asarray(action)
+    what = what or str(list(names))
+    if values.shape != nvec.shape:
+        raise ValueError(f"{name} must be an int array of shape {nvec.shape} ({what}), got shape {values.shape}")
+    if not np.issubdtype(values.dtype, np.integer):
+        raise ValueError(f"{name} must have an integer dtype ({what}), got {values.dtype}")
+    bad = np.flatnonzero((values < 0) | (values >= nvec))
+    if bad.size:
+        i = int(bad[0])
+        note = (notes or {}).get(i, "")
+        raise ValueError(f"{name}[{i}] ({names[i]}) = {int(values[i])} is outside its range "
+                         f"[0, {int(nvec[i]) - 1}]{note}")
+    return values.astype(np.int32)
+
+
+def json_scalars(tree: Any) -> Any:
+    """Host arrays of 0-d leaves (in nested dicts) as Python ints and floats (JSON-safe)."""
+    if isinstance(tree, Mapping):
+        return {k: json_scalars(v) for k, v in tree.items()}
+    value = np.asarray(tree)
+    return int(value) if np.issubdtype(value.dtype, np.integer) else float(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterTask:
+    """A task family behind a one-env adapter (`fleet_gym`, `reservation_gym`).
+
+    Attributes:
+      ids: () -> list[str], the family's registered task ids ("InferenceGym-Fleet1-v1", ...).
+      make: (env_id, split, **overrides) -> (env, params), the family's `make` (ValueError naming
+        a bad split or override).
+      env_class: the env's class; `env_class(params, env_id)` checks params (ValueError naming the type).
+    """
+
+    ids: Callable[[], list[str]]
+    make: Callable[..., tuple[Any, Any]]
+    env_class: type
+
+    def task_id(self, task: Any) -> str:
+        """The task id ("InferenceGym-Fleet1-v1") of a task id or its gymnasium id
+        ("InferenceGym/Fleet1-v1"); ValueError naming what was typed otherwise."""
+        ids = self.ids()
+        env_id = task.replace("/", "-", 1) if isinstance(task, str) and task.startswith(NAMESPACE + "/") else task
+        if not isinstance(env_id, str) or env_id not in ids:
+            raise ValueError(f"task_id={task!r}: must be one of {ids + [gymnasium_id(i) for i in ids]}")
+        return env_id
+
+    def resolve(self, task_id: Any, split: str | None, params: Any, overrides: Mapping[str, Any]
+                ) -> tuple[str, Any, Any]:
+        """(task id, the static env, the params that run): `params`, or the task with `split` and
+        `overrides` (`make`'s checks: ValueError naming the key). The static env is the task's
+        with its training params, one object per task: the jitted programs' static argument."""
+        env_id = self.task_id(task_id)
+        env = _training_env(self, env_id)
+        if params is not None:
+            if split is not None or overrides:
+                given = ["split"] * (split is not None) + sorted(overrides)
+                raise ValueError(f"pass params= or split and task overrides ({', '.join(given)}), not both")
+            self.env_class(params, env_id)  # the env's own check (ValueError naming the type)
+            return env_id, env, params
+        if split is None and not overrides:
+            return env_id, env, env.default_params
+        return env_id, env, self.make(env_id, "train" if split is None else split, **overrides)[1]
+
+
+@functools.cache
+def _training_env(task: AdapterTask, env_id: str) -> Any:
+    """The task's env with its training params (one object per task)."""
+    return task.make(env_id)[0]
+
+
+class StreamedEnv:
+    """The state and resets the one-env adapters share (`fleet_gym`, `reservation_gym`): mixed in
+    before `gymnasium.Env` (`class FleetGymnasiumEnv(StreamedEnv, gymnasium.Env)`), whose reset
+    (seeding `np_random`) `_begin` calls.
+
+    Attributes (set by `_init_task`):
+      task_id: the task id; env: the task's env with its training params (the static argument of
+      the jitted programs); params: the params that run; render_mode: None or "ansi".
+    """
+
+    np_random: np.random.Generator
+
+    def _init_task(self, task: AdapterTask, task_id: Any, split: str | None, params: Any,
+                   overrides: Mapping[str, Any], render_mode: str | None) -> None:
+        self.render_mode = check_render_mode(render_mode)
+        self.task_id, self.env, self.params = task.resolve(task_id, split, params, overrides)
+        self._root: jax.Array | None = None
+        self._episode = 0
+        self._state: Any = None
+
+    def _begin(self, seed: int | None, options: Mapping[str, Any] | None) -> tuple[jax.Array, np.int32]:
+        """(root key, episode int32) of the episode a reset starts (`next_stream`); seeds np_random."""
+        stream = check_options(options, seed)
+        seed = None if seed is None else sampling.check_seed(seed)
+        super().reset(seed=seed)  # type: ignore[misc]  # gymnasium.Env.reset, next in the MRO
+        self._root, self._episode = next_stream(self._root, self._episode, seed, stream, self.np_random)
+        return self._root, np.int32(self._episode)
+
+    def _running(self) -> tuple[Any, jax.Array, np.int32]:
+        """(state, root key, episode int32) of the episode under way; ValueError before a reset."""
+        if self._state is None or self._root is None:
+            raise ValueError("call reset() before step()")
+        return self._state, self._root, np.int32(self._episode)

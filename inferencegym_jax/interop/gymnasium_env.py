@@ -82,6 +82,7 @@ from inferencegym_jax.interop.gym_host import (
 from inferencegym_jax.interop.gym_programs import METRIC_NAMES
 from inferencegym_jax.interop.gym_single import GymnasiumEnv
 from inferencegym_jax.interop.gym_vector import GymnasiumVectorEnv
+from inferencegym_jax.interop.reservation_gym import register_reservation_envs
 
 __all__ = ["ENTRY_POINT", "GymnasiumEnv", "GymnasiumVectorEnv", "MAX_SEED", "METRIC_NAMES", "NAMESPACE",
            "RENDER_MODES", "RESET_OPTIONS", "VECTOR_ENTRY_POINT", "check_actions", "evaluate_policy",
@@ -94,8 +95,9 @@ VECTOR_ENTRY_POINT = "inferencegym_jax.interop.gymnasium_env:GymnasiumVectorEnv"
 def register_envs() -> list[str]:
     """Register one gymnasium id per task (see the module docstring); returns the ids.
 
-    Idempotent: ids already registered are left as they are. The fleet tasks' ids are registered
-    too (`fleet_gym.register_fleet_envs`, which returns them).
+    Idempotent: ids already registered are left as they are. The fleet tasks' and the reservation
+    tasks' ids are registered too (`fleet_gym.register_fleet_envs`,
+    `reservation_gym.register_reservation_envs`, which return them).
     """
     ids = []
     for env_id in tasks.registered_envs():
@@ -105,6 +107,7 @@ def register_envs() -> list[str]:
                                kwargs={"task_id": env_id})
         ids.append(gym_id)
     register_fleet_envs()
+    register_reservation_envs()
     return ids
 
 
