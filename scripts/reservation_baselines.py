@@ -65,8 +65,8 @@ def heldout(env_id: str, chosen: dict, episodes: int, seed: int) -> list[dict]:
 
 DOC = ROOT / "docs" / "RESERVATION.md"
 DOC_MARKERS = ("<!-- reserve1-baselines:start -->", "<!-- reserve1-baselines:end -->")
-DOC_COLUMNS = (("score", "score", "{:.3f}"), ("score_ci95", "± 95 %", "{:.3f}"), ("J", "J (7 days)", "{:.3f}"),
-               ("cost_usd", "$ / 7 days", "{:,.0f}"), ("reserved_gpu_h", "reserved GPU-h", "{:,.0f}"),
+DOC_COLUMNS = (("score", "score", "{:.3f}"), ("score_ci95", "± 95 %", "{:.3f}"), ("J", "J (episode)", "{:.3f}"),
+               ("cost_usd", "$ / episode", "{:,.0f}"), ("reserved_gpu_h", "reserved GPU-h", "{:,.0f}"),
                ("on_demand_gpu_h", "on-demand GPU-h", "{:,.0f}"), ("slo_attainment", "SLO attainment", "{:.4f}"),
                ("d_J_vs_week_peak", "J - week_peak", "{:+.3f}"), ("d_J_vs_week_peak_ci95", "± 95 %", "{:.3f}"))
 
@@ -76,7 +76,7 @@ def markdown(rows: list[dict]) -> str:
     lines = ["| policy | " + " | ".join(head for _, head, _ in DOC_COLUMNS) + " |",
              "|---|" + "---|" * len(DOC_COLUMNS)]
     for row in rows:
-        cells = ["" if key not in row else fmt.format(row[key]) for key, _, fmt in DOC_COLUMNS]
+        cells = ["" if row.get(key) is None else fmt.format(row[key]) for key, _, fmt in DOC_COLUMNS]
         lines.append(f"| {row['policy']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -54,9 +54,11 @@ def test_spaces_and_observation(reserve):
     assert flat.shape == space.shape == (obs_size(params),)
     assert bool(jnp.all((flat >= space.low) & (flat <= space.high)))
     assert obs.history.shape == (params.history_days, HOURS_PER_DAY)
-    # The history is scaled so that the first week's mean is history_mean_replicas at the target.
-    first_week = state.rate[: params.history_days * DAY_WINDOWS]
-    np.testing.assert_allclose(float(first_week.mean() / params.prices.hpa_target),
+    # The service is scaled so that the week before its first commitment has a mean of
+    # history_mean_replicas at the target.
+    first = params.first_day * DAY_WINDOWS
+    week = state.rate[first - params.history_days * DAY_WINDOWS: first]
+    np.testing.assert_allclose(float(week.mean() / params.prices.hpa_target),
                                float(params.history_mean_replicas), rtol=1e-5)
 
 
@@ -97,8 +99,12 @@ def test_bad_input_outside_jit(reserve):
         ig.make(ENV_ID, split="test")
     with pytest.raises(ValueError, match="max_reserved"):
         ig.make(ENV_ID, reservation={"max_reserved": 0})
-    with pytest.raises(ValueError, match="history_days \\+ decision_days = 15"):
-        ig.make(ENV_ID, reservation={"history_days": 8, "decision_days": 7})
+    with pytest.raises(ValueError, match=r"reservation.train_days=\[5, 8\]: allowed .* first >= history_days"):
+        ig.make(ENV_ID, reservation={"train_days": [5, 8]})
+    with pytest.raises(ValueError, match=r"reservation.heldout_days=\[11, 14\]: .* each in \[1, 13\]"):
+        ig.make(ENV_ID, split="heldout", reservation={"heldout_days": [11, 14]})
+    with pytest.raises(ValueError, match="committed days 12..14 .* last day <= 13"):
+        env.reset(jax.random.PRNGKey(0), params.replace(first_day=12, decision_days=3))
     with pytest.raises(ValueError, match="unknown reservation env id"):
         ig.make("InferenceGym-Reserve9-v1")
 
@@ -148,7 +154,7 @@ def test_observation_is_causal(reserve):
     env, params, reset, step = reserve
     _, state = reset(jax.random.PRNGKey(3), params)
     _, state, *_ = step(jax.random.PRNGKey(0), state, jnp.full(HOURS_PER_DAY, 2, jnp.int32), params)
-    future = (params.history_days + int(state.day)) * DAY_WINDOWS
+    future = (params.first_day + int(state.day)) * DAY_WINDOWS
     changed = state.replace(rate=state.rate.at[future:].multiply(3.0))
     assert same(env.get_obs(state, params), env.get_obs(changed, params))
     for name, policy in rb.reservation_baselines(env, params).items():
@@ -157,9 +163,12 @@ def test_observation_is_causal(reserve):
             assert same(policy(None, before, params), policy(None, after, params)), name
 
 
-def test_splits_divide_the_clients():
+def test_splits_divide_the_clients_and_the_days():
     _, train = ig.make(ENV_ID)
     _, heldout = ig.make(ENV_ID, split="heldout")
+    train_days = set(range(train.first_day, train.first_day + train.decision_days))
+    heldout_days = set(range(heldout.first_day, heldout.first_day + heldout.decision_days))
+    assert train_days == {7, 8, 9, 10} and heldout_days == {11, 12, 13}
     a, b = np.asarray(train.client_pool), np.asarray(heldout.client_pool)
     assert np.all(a + b == 1.0) and abs(a.sum() - b.sum()) <= 1
     rates = np.asarray(train.client_rates)
@@ -196,8 +205,9 @@ def test_baseline_choice_is_current():
     assert run.returncode == 0, run.stderr
 
 
-def test_doc_table_is_current():
-    """docs/RESERVATION.md holds the held-out table of data/fleet/reserve1_v1_baselines.json."""
+def test_doc_tables_are_current():
+    """docs/RESERVATION.md holds the held-out tables of data/fleet/reserve1_v1_baselines.json and of
+    results/reserve1_v1.json (the shipped PPO run's eval.json)."""
     import importlib.util
     import json
 
@@ -206,5 +216,8 @@ def test_doc_table_is_current():
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     rows = json.loads((ROOT / "data" / "fleet" / "reserve1_v1_baselines.json").read_text())["heldout"]["table"]
+    doc = (ROOT / "docs" / "RESERVATION.md").read_text()
     start, end = script.DOC_MARKERS
-    assert f"{start}\n{script.markdown(rows)}{end}" in (ROOT / "docs" / "RESERVATION.md").read_text()
+    assert f"{start}\n{script.markdown(rows)}{end}" in doc
+    ppo_rows = json.loads((ROOT / "results" / "reserve1_v1.json").read_text())["table"]
+    assert f"<!-- reserve1-ppo:start -->\n{script.markdown(ppo_rows)}<!-- reserve1-ppo:end -->" in doc

@@ -25,10 +25,9 @@ check_env = importlib.import_module("gymnasium.utils.env_checker").check_env
 
 TASK = "InferenceGym-Reserve1-v1"
 GYM_ID = "InferenceGym/Reserve1-v1"
-DAYS = 7  # Reserve1's decision_days (configs/reservation/reserve1_v1.toml)
-# One commitment per day: flat, a daily shape (more by day than by night), nothing, the most, a ramp.
-ACTIONS = [np.full(24, 6), np.array([2] * 8 + [9] * 12 + [4] * 4), np.zeros(24, np.int64), np.full(24, 32),
-           np.arange(24) % 33, np.full(24, 12), np.array([5, 7] * 12)]
+DAYS = 4  # Reserve1's training episodes: days 7-10 (configs/reservation/reserve1_v1.toml, train_days)
+# One commitment per day: flat, a daily shape (more by day than by night), nothing, the most.
+ACTIONS = [np.full(24, 6), np.array([2] * 8 + [9] * 12 + [4] * 4), np.zeros(24, np.int64), np.full(24, 32)]
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -192,11 +191,11 @@ def test_terminated_after_the_last_commitment_never_truncated():
     # the wrapper's (and SB3 Monitor's) "episode" key is free: its record of the episode
     assert info["episode"]["l"] == DAYS and info["episode"]["r"] == pytest.approx(sum(rewards), rel=1e-6)
     assert info["episode_totals"]["cost_j"] == pytest.approx(cost_j, rel=1e-6) == -sum(rewards)
-    with pytest.raises(ValueError, match="the episode ended after its 7 commitments: call reset"):
+    with pytest.raises(ValueError, match="the episode ended after its 4 commitments: call reset"):
         env.step(ACTIONS[0])
     env.reset()
     assert env.step(ACTIONS[0])[2] is False  # a new episode
-    short = rg.ReservationGymnasiumEnv(TASK, reservation={"decision_days": 2})
+    short = rg.ReservationGymnasiumEnv(TASK, reservation={"train_days": [7, 8]})
     short.reset(seed=0)
     assert [short.step(a)[2] for a in ACTIONS[:2]] == [False, True]
 
@@ -229,7 +228,8 @@ def test_bad_arguments_raise_value_errors_naming_them():
         "split='test' is not one of": dict(split="test"),
         r"reservation\.max_reserved=0: must be an integer in \[1, 256\]": dict(reservation={"max_reserved": 0}),
         "unknown config key 'reservation.decision_dayz'": dict(reservation={"decision_dayz": 3}),
-        r"history_days \+ decision_days = 15 days": dict(reservation={"decision_days": 8}),
+        r"reservation\.train_days=\[5, 8\]: allowed .* first >= history_days=7":
+            dict(reservation={"train_days": [5, 8]}),
         r"pass params= or split and task overrides \(split\), not both": dict(params=env.params, split="train"),
         "params must be a fleet.reservation.ReservationParams": dict(params={"max_reserved": 3}),
         r"render_mode='human': must be None or one of \['ansi'\]": dict(render_mode="human"),

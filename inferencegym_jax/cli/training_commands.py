@@ -9,6 +9,7 @@
     inferencegym eval --checkpoint DIR --episodes 256 --json DIR/eval.json
     inferencegym sweep --task 1 --grid lr=1e-4,3e-4,1e-3,3e-3 --seeds 4 --out DIR
     inferencegym train --task InferenceGym-Fleet1-v1 --out DIR   # a fleet: configs/train/ppo_fleet1_v1.toml
+    inferencegym train --task InferenceGym-Reserve1-v1 --out DIR # day-ahead reservation: ppo_reserve1_v1.toml
 
 `train` writes DIR/config.toml (the resolved config), DIR/metrics.csv (one row per update),
 DIR/checkpoint.msgpack (every `checkpoint_every` updates), DIR/reward_curve.png and, after a
@@ -24,6 +25,10 @@ A fleet (`InferenceGym-Fleet<N>-v<k>`, by its full id; shipped config `ppo_fleet
 the same way and is graded on its held-out days against the fleet baselines
 (`training.evaluation.evaluate_fleet`: a score between static-for-peak, 0, and the oracle, 1,
 with GPU-hours and SLO attainment); DIR/episode.png is its first held-out window (`fleet.plot`).
+A reservation task (`InferenceGym-Reserve<N>-v<k>`, shipped config `ppo_reserve<N>_v<k>`) trains the
+same way and is graded on its held-out services against the reservation baselines
+(`training.reservation_evaluation`: a score between week_peak, 0, and the clairvoyant oracle, 1,
+with cost and SLO attainment); DIR/episode.png is its first held-out service (`fleet.reservation_plot`).
 The trainer, JAX and pandas are imported inside the commands.
 
 Every check comes before the first file is written: output paths (a folder where a file goes,
@@ -68,14 +73,17 @@ SWEEP_FILES = ("sweep.csv", "sweep_summary.csv", "best.toml")
 EVAL_EPISODES = 256
 # A fleet id; its shipped config is ppo_fleet<N>_v<k>.
 _FLEET_ID = re.compile(r"InferenceGym-Fleet(\d+)-v(\d+)")
+# A reservation id; its shipped config is ppo_reserve<N>_v<k>.
+_RESERVE_ID = re.compile(r"InferenceGym-Reserve(\d+)-v(\d+)")
 
 
 def train_task_id(value: str) -> str:
-    """argparse type of `--task`: a registered fleet id as it is, else `common.task_id` (a task
-    number or a registered single-server id)."""
+    """argparse type of `--task`: a registered fleet or reservation id as it is, else
+    `common.task_id` (a task number or a registered single-server id)."""
+    from inferencegym_jax.fleet.reservation_tasks import is_reservation_id
     from inferencegym_jax.fleet.tasks import is_fleet_id
 
-    return value if is_fleet_id(value) else task_id(value)
+    return value if is_fleet_id(value) or is_reservation_id(value) else task_id(value)
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, Any]:
@@ -97,8 +105,9 @@ def shipped_config_for(env_id: str) -> str:
     """The shipped PPO config of a task (`ppo_task<N>`); ValueError when it has none."""
     from training.config import shipped_configs
 
-    fleet = _FLEET_ID.fullmatch(env_id)
-    name = f"ppo_fleet{fleet.group(1)}_v{fleet.group(2)}" if fleet else ppo_config_name(env_id)
+    fleet, reserve = _FLEET_ID.fullmatch(env_id), _RESERVE_ID.fullmatch(env_id)
+    name = (f"ppo_fleet{fleet.group(1)}_v{fleet.group(2)}" if fleet else
+            f"ppo_reserve{reserve.group(1)}_v{reserve.group(2)}" if reserve else ppo_config_name(env_id))
     shipped = shipped_configs()
     if name not in shipped:
         raise ValueError(f"--task {env_id}: no shipped training config for this task (shipped: {shipped}); "
@@ -135,7 +144,15 @@ def check_baselines(trainer: Any, names: list[str] | None) -> None:
     """ValueError for --baselines names the task does not have, before any training."""
     from inferencegym_jax import baselines
     from training.evaluation import fleet_baseline_controllers, fleet_heldout_params, is_fleet
+    from training.reservation_evaluation import (
+        is_reservation,
+        reservation_baseline_policies,
+        reservation_heldout_params,
+    )
 
+    if is_reservation(trainer):
+        reservation_baseline_policies(trainer, reservation_heldout_params(trainer.env_id, trainer.env_params), names)
+        return
     if is_fleet(trainer):
         fleet_baseline_controllers(trainer, fleet_heldout_params(trainer.env_id, trainer.env_params), names)
         return
@@ -153,7 +170,10 @@ def graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episo
 
     Returns (the table, each policy's mean held-out reward per interval by name)."""
     from training.evaluation import PPO_NAME, eval_record, evaluate_against_baselines, is_fleet, write_json
+    from training.reservation_evaluation import is_reservation
 
+    if is_reservation(trainer):
+        return reservation_graded_evaluation(trainer, runner, args, episodes, out_json, extra)
     if is_fleet(trainer):
         return fleet_graded_evaluation(trainer, runner, args, episodes, out_json, extra)
     t0 = time.perf_counter()
@@ -194,6 +214,35 @@ def fleet_graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace,
         write_json(out_json, record)
         print(f"wrote {out_json}")
     return table, fleet_levels(per_policy, int(trainer.env_params.max_steps_in_episode))
+
+
+def reservation_graded_evaluation(trainer: Any, runner: Any, args: argparse.Namespace, episodes: int,
+                                  out_json: Path | None, extra: dict[str, Any]) -> tuple[Any, dict[str, float]]:
+    """`graded_evaluation` of a reservation task: the policy and the reservation baselines on its
+    held-out services (`training.reservation_evaluation.evaluate_reservation`), the table printed,
+    the record written to `out_json`.
+
+    Returns (the table, each policy's mean held-out reward per commitment by name)."""
+    from training.evaluation import PPO_NAME, write_json
+    from training.reservation_evaluation import evaluate_reservation, reservation_eval_record, reservation_levels
+
+    t0 = time.perf_counter()
+    table, per_policy = evaluate_reservation(trainer, runner, episodes, args.eval_seed, _baseline_names(args.baselines))
+    seconds = time.perf_counter() - t0
+    print(f"\ngraded evaluation: {episodes} held-out services (evaluation_key({args.eval_seed}), the held-out "
+          f"clients), {trainer.env_id}, {int(runner.update)} updates, {seconds:.1f} s")
+    print_frame(table)
+    for ref in ("week_peak", "rolling_quantile"):
+        if f"d_J_vs_{ref}" in table.columns:
+            diff, ci = table.loc[PPO_NAME, f"d_J_vs_{ref}"], table.loc[PPO_NAME, f"d_J_vs_{ref}_ci95"]
+            print(f"PPO - {ref} in J (lower is better), paired on the same {episodes} services: "
+                  f"{diff:+.4f} ± {ci:.4f} (95% CI)")
+    record = reservation_eval_record(trainer, runner, table, per_policy, episodes, args.eval_seed)
+    record.update(extra, eval_seconds=seconds)
+    if out_json is not None:
+        write_json(out_json, record)
+        print(f"wrote {out_json}")
+    return table, reservation_levels(per_policy, int(trainer.env_params.max_steps_in_episode))
 
 
 def _requested_by(args: argparse.Namespace) -> str:
@@ -255,9 +304,15 @@ def prepare_run(args: argparse.Namespace) -> tuple[Path, Any, Any, Any]:
 def write_episode(trainer: Any, runner: Any, seed: int, path: Path) -> None:
     """Draw the trained policy's first held-out episode to `path` (PNG): a serving task's as
     `plot_command.write_trained_episode` draws it; a fleet's (`fleet.plot`) on the first held-out
-    window, from fold_in(evaluation_key(seed), 0)."""
+    window, from fold_in(evaluation_key(seed), 0); a reservation task's (`fleet.reservation_plot`)
+    on its first held-out service, as its graded evaluation plays it."""
     from training.evaluation import fleet_heldout_params, is_fleet
+    from training.reservation_evaluation import is_reservation, reservation_heldout_params
 
+    if is_reservation(trainer):
+        _write_reservation_episode(trainer, runner, reservation_heldout_params(trainer.env_id, trainer.env_params),
+                                   seed, path)
+        return
     if not is_fleet(trainer):
         from inferencegym_jax.cli.plot_command import write_trained_episode
 
@@ -274,6 +329,17 @@ def write_episode(trainer: Any, runner: Any, seed: int, path: Path) -> None:
     series = fleet_episode_series(trainer.env, params, lambda key, obs, p: ppo(key, obs, p),  # hashable: jit-static
                                   jax.random.fold_in(evaluation_key(seed), 0))
     plot_fleet_episode(series, path, title=f"ppo ({int(runner.update)} updates), {trainer.env_id}, held-out window 0")
+
+
+def _write_reservation_episode(trainer: Any, runner: Any, params: Any, seed: int, path: Path) -> None:
+    """`write_episode` of a reservation task: its first held-out service (`fleet.reservation_plot`)."""
+    from inferencegym_jax.evaluate import evaluation_key
+    from inferencegym_jax.fleet.reservation_plot import plot_reservation_episode, reservation_episode_series
+
+    ppo = trainer.policy(runner.params, runner.obs_stats, trainer.config.deterministic_eval)
+    series = reservation_episode_series(trainer.env, params, ppo, evaluation_key(seed))
+    plot_reservation_episode(series, path, title=f"ppo ({int(runner.update)} updates), {trainer.env_id}, "
+                                                 "held-out service 0")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -295,7 +361,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     if config.imitation_episodes and not args.resume and start is None:
         teacher = {"mpc": "the causal mpc", "switch_rule": "the switching rule",
-                   "forecast": "the seasonal forecast baseline"}[config.imitation_teacher]
+                   "forecast": "the seasonal forecast baseline", "week_peak": "the week-peak reservation",
+                   "flat_fraction": "the flat-fraction reservation",
+                   "rolling_quantile": "the rolling-quantile reservation"}[config.imitation_teacher]
         print(f"imitating {teacher} first: {config.imitation_episodes} of its episodes and "
               f"{config.imitation_rounds} DAgger round(s) of as many (training/imitation.py; minutes on a CPU)",
               flush=True)
@@ -321,12 +389,14 @@ def cmd_eval(args: argparse.Namespace) -> None:
     from inferencegym_jax.training_setup import make_train, read_config
     from training.checkpoint import load_checkpoint
     from training.evaluation import is_fleet
+    from training.reservation_evaluation import is_reservation
 
     out_json = check_output_file(args.json, "--json") if args.json else None
     config = read_config(args.checkpoint)
     trainer = make_train(config)
     runner = load_checkpoint(args.checkpoint, trainer)
-    episodes = args.episodes or (config.eval_episodes if is_fleet(trainer) else EVAL_EPISODES)
+    as_config = is_fleet(trainer) or is_reservation(trainer)
+    episodes = args.episodes or (config.eval_episodes if as_config else EVAL_EPISODES)
     graded_evaluation(trainer, runner, args, episodes, out_json, {"checkpoint": str(args.checkpoint)})
 
 
@@ -359,8 +429,8 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 def _config_options(p: argparse.ArgumentParser) -> None:
     """Options that pick and override a training config (train, sweep)."""
     p.add_argument("--task", type=train_task_id, default=None,
-                   help="task number (its newest version), env id or fleet id (default: the config's; without "
-                        f"--config, the main job's {DEFAULT_TASK})")
+                   help="task number (its newest version), env id, fleet id or reservation id (default: the "
+                        f"config's; without --config, the main job's {DEFAULT_TASK})")
     p.add_argument("--config", default=None, help="TOML file or shipped name (default: the task's ppo_task<N>[_v<k>]; "
                                                   f"without --task, the main job's {DEFAULT_CONFIG})")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (repeatable)")
@@ -385,8 +455,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "eval", help="grade a saved policy against every baseline")
     p.add_argument("--checkpoint", required=True, help="run directory with checkpoint.msgpack")
     p.add_argument("--episodes", type=positive_int, default=None,
-                   help=f"held-out episodes (default: {EVAL_EPISODES}; a fleet's: its config's eval_episodes, each "
-                        "episode a day)")
+                   help=f"held-out episodes (default: {EVAL_EPISODES}; a fleet's or a reservation task's: its "
+                        "config's eval_episodes)")
     p.add_argument("--eval-seed", type=seed_int, default=0, help="seed of the held-out evaluation episodes")
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--baselines", default=None, help="comma-separated baselines to compare (default: all)")

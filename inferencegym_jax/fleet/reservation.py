@@ -10,12 +10,13 @@ gymnax 1.0's call shape, as `fleet.env.FleetEnv`: `step` = `step_env` + auto-res
 
 An episode is one service over the trace's days (`fleet.servegen`: 14 days of 10-min request
 rates of real clients): the service is a random subset of the split's clients (each in with
-`inclusion_prob`), scaled so that the busiest window of its first `history_days` days is what
-`history_mean_replicas` replicas serve at the autoscaler's target. The policy sees the last
-`history_days` days' hourly peaks, then commits; the day is played (`fleet.reservation_day`:
-reserved replicas, an on-demand autoscaler on top with its provisioning delay) and revealed. After
-`decision_days` commitments the episode ends (terminated: a fixed horizon that the observation's
-days_left shows, not a cut).
+`inclusion_prob`), scaled so that its mean rate over the `history_days` days before the episode's
+first committed day is what `history_mean_replicas` replicas serve at the autoscaler's target.
+Each step the policy sees the last `history_days` days' hourly peaks, then commits for the next
+day; the day is played (`fleet.reservation_day`: reserved replicas, an on-demand autoscaler on top
+with its provisioning delay) and revealed. The committed days are `first_day` ..
+`first_day + decision_days - 1` of the trace (the split's: training and held-out days differ);
+after them the episode ends (terminated: a fixed horizon that the observation's days_left shows).
 
 A commitment (the action) is int (24,) reserved replicas per hour, each in [0, max_reserved].
 One outside that range is refused: inside jit the step returns the state unchanged, reward 0,
@@ -65,13 +66,15 @@ class ReservationParams:
       client_rates: float32 (C, W) [req/s], each client's mean rate per 10-min window.
       client_pool: float32 (C,), 1 for the clients this split draws services from, else 0.
       inclusion_prob: float32 (), the chance each pool client is in an episode's service.
-      history_mean_replicas: float32 () [replicas], the scale: the service's mean rate over its
-        first history_days days is what this many replicas serve at prices.hpa_target.
+      history_mean_replicas: float32 () [replicas], the scale: the service's mean rate over the
+        history_days days before first_day is what this many replicas serve at prices.hpa_target.
       prices: reservation_day.DayPrices, the replica and its prices.
       slo_target: float32 (), sets slo_weight.
       max_reserved: static int R, the most replicas one hour may reserve.
       history_days: static int, days the policy sees before each commitment.
-      decision_days: static int, commitments per episode.
+      first_day: static int, the trace day (0-based) of the first commitment, >= history_days.
+      decision_days: static int, commitments per episode (days first_day .. first_day +
+        decision_days - 1).
     """
 
     client_rates: Array
@@ -82,7 +85,8 @@ class ReservationParams:
     slo_target: Array
     max_reserved: int = struct.field(pytree_node=False, default=16)
     history_days: int = struct.field(pytree_node=False, default=7)
-    decision_days: int = struct.field(pytree_node=False, default=7)
+    first_day: int = struct.field(pytree_node=False, default=7)
+    decision_days: int = struct.field(pytree_node=False, default=4)
 
     @property
     def slo_weight(self) -> Array:
@@ -204,10 +208,10 @@ class ReservationEnv:
         u = sampling.uniforms(key, p.client_rates.shape[0])
         member = (u < p.inclusion_prob).astype(jnp.float32) * p.client_pool
         rate = member @ p.client_rates
-        history = rate[: p.history_days * DAY_WINDOWS]
+        first = p.first_day * DAY_WINDOWS
+        history = rate[first - p.history_days * DAY_WINDOWS: first]
         scale = safe_div(p.history_mean_replicas * p.prices.hpa_target, jnp.mean(history))
         rate = (rate * scale).astype(jnp.float32)
-        first = p.history_days * DAY_WINDOWS
         before = rate[first - MAX_LAG_WINDOWS - 1: first]
         state = ReservationState(
             rate=rate,
@@ -275,7 +279,7 @@ class ReservationEnv:
     @staticmethod
     def play_day(state: ReservationState, reserved: Array, params: ReservationParams) -> DayOutcome:
         """The next day's outcome under `reserved` (int32 (24,)); `reservation_day.day_outcome`."""
-        first = (params.history_days + state.day) * DAY_WINDOWS
+        first = (params.first_day + state.day) * DAY_WINDOWS
         rate = jax.lax.dynamic_slice(state.rate, (first,), (DAY_WINDOWS,))
         return day_outcome(rate, state.rate[first - 1], state.wanted_tail, reserved, params.prices)
 
@@ -283,12 +287,12 @@ class ReservationEnv:
         """The observation of a state (ReservationObservation)."""
         p = params
         days = p.history_days
-        start = state.day * DAY_WINDOWS  # the history ends where the next day starts
+        start = (p.first_day - days + state.day) * DAY_WINDOWS  # the history ends where the next day starts
         seen = jax.lax.dynamic_slice(state.rate, (start,), (days * DAY_WINDOWS,))
         hourly_peak = seen.reshape(days, HOURS_PER_DAY, WINDOWS_PER_HOUR).max(axis=-1)
         return ReservationObservation(
             history=hourly_peak / (p.max_reserved * p.prices.hpa_target),
-            day_of_week=jnp.mod(days + state.day, DAYS_PER_WEEK).astype(jnp.int32),
+            day_of_week=jnp.mod(p.first_day + state.day, DAYS_PER_WEEK).astype(jnp.int32),
             days_left=(p.decision_days - state.day).astype(jnp.float32) / p.decision_days,
             last_gpu_cost=state.last.cost_j - p.slo_weight * safe_div(state.last.missed, state.last.arrived),
             last_missed=safe_div(state.last.missed, state.last.arrived),
@@ -309,12 +313,13 @@ class ReservationEnv:
 
     @staticmethod
     def _check_days(params: ReservationParams) -> None:
-        """ValueError if the trace is too short for history_days + decision_days (static ints)."""
-        windows = params.client_rates.shape[-1]
-        need = (params.history_days + params.decision_days) * DAY_WINDOWS
-        if need > windows:
-            raise ValueError(f"history_days + decision_days = {params.history_days + params.decision_days} days, "
-                             f"but the trace has {windows // DAY_WINDOWS} (in [2, {windows // DAY_WINDOWS}] allowed)")
+        """ValueError if the history or the committed days fall outside the trace (static ints)."""
+        days = params.client_rates.shape[-1] // DAY_WINDOWS
+        p = params
+        if not (p.history_days <= p.first_day and p.first_day + p.decision_days <= days and p.decision_days >= 1):
+            raise ValueError(f"committed days {p.first_day}..{p.first_day + p.decision_days - 1} after "
+                             f"history_days={p.history_days}: allowed first day >= history_days and last day <= "
+                             f"{days - 1} (the trace has {days} days)")
 
 
 def obs_size(params: ReservationParams) -> int:

@@ -131,7 +131,7 @@ def hindsight_reservation(state: Any, params: ReservationParams) -> jax.Array:
     hour for max_reserved 16). The first hour starts from the state's on-demand tail.
     """
     p = params
-    first = (p.history_days + state.day) * DAY_WINDOWS
+    first = (p.first_day + state.day) * DAY_WINDOWS
     rate = jax.lax.dynamic_slice(state.rate, (first,), (DAY_WINDOWS,))
     observed = jnp.concatenate([state.rate[first - 1][None], rate[:-1]]).reshape(HOURS_PER_DAY, WINDOWS_PER_HOUR)
     rate = rate.reshape(HOURS_PER_DAY, WINDOWS_PER_HOUR)

@@ -58,7 +58,7 @@ class ReservationSeries:
 
 def _day_detail(state: Any, reserved: jax.Array, params: ReservationParams) -> tuple[jax.Array, ...]:
     """(rate, serving, missed) (DAY_WINDOWS,) of the state's next day under `reserved`, as the env plays it."""
-    first = (params.history_days + state.day) * DAY_WINDOWS
+    first = (params.first_day + state.day) * DAY_WINDOWS
     rate = jax.lax.dynamic_slice(state.rate, (first,), (DAY_WINDOWS,))
     observed = jnp.concatenate([state.rate[first - 1][None], rate[:-1]])
     reserved_w = jnp.repeat(reserved.astype(jnp.float32), WINDOWS_PER_HOUR)
@@ -106,7 +106,7 @@ def plot_reservation_episode(series: ReservationSeries, path: str | Path | None 
     top.set_title(f"{title}  ${series.cost_usd:,.0f}, SLO attainment {series.attainment:.4f}", fontsize=9)
     bottom.bar(series.time_d, series.missed, width=WINDOW_S / 86400.0, color="C3", align="edge")
     bottom.set_ylabel("missed\n[requests]")
-    bottom.set_xlabel("day of the committed week")
+    bottom.set_xlabel("days since the first commitment")
     if path is not None:
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=DPI)

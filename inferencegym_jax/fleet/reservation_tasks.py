@@ -4,11 +4,13 @@
     env, params = inferencegym_jax.make("InferenceGym-Reserve1-v1")                    # training services
     env, params = inferencegym_jax.make("InferenceGym-Reserve1-v1", split="heldout")   # evaluation services
 
-The splits divide the trace's clients, not its days (the trace has two weeks, and an episode needs
-both): clients ranked by their mean rate over the two weeks, the 1st, 3rd, 5th, ... are the
-training pool, the 2nd, 4th, ... the held-out pool, so each pool has big and small clients. A
-held-out service is therefore other clients over the same weeks (the same holidays, the same
-platform-wide events): held out from what the policy saw, not from the calendar.
+The splits divide both the trace's clients and its days. Clients: ranked by their mean rate over
+the two weeks, the 1st, 3rd, 5th, ... are the training pool, the 2nd, 4th, ... the held-out pool,
+so each pool has big and small clients. Days: training episodes commit for `train_days`, held-out
+ones for the later `heldout_days` (each after its own week of history), so a held-out service is
+other clients on days no policy committed for. Both are needed: every service of a split shares
+the split's calendar (the platform's holidays and events), and a policy that saw the held-out days
+could learn them instead of reading its history.
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ class ReservationTable:
 
     max_reserved: int = integer("replicas", 1, 256, "most replicas one hour may reserve")
     history_days: int = integer("days", 1, 13, "days seen before each commitment")
-    decision_days: int = integer("days", 1, 13, "commitments per episode")
+    train_days: tuple[float, ...] = validation.vector("day", 2, 1, 13, "first and last committed day of "
+                                                      "training episodes (0-based trace days)")
+    heldout_days: tuple[float, ...] = validation.vector("day", 2, 1, 13, "first and last committed day of "
+                                                        "held-out episodes")
     history_mean_replicas: float = number("replicas", 0.0, 256.0, "replicas at hpa_target for the "
                                           "history's mean rate", low_open=True)
     inclusion_prob: float = number("", 0.0, 1.0, "chance a pool client is in a service", low_open=True)
@@ -77,6 +82,13 @@ class ReservationTaskConfig:
         for table in ("reservation", "replica", "traffic"):
             if getattr(self, table) is None:
                 raise ValueError(f"config table {table!r} is missing")
+        r = self.reservation
+        for key in ("train_days", "heldout_days"):
+            first, last = getattr(r, key)
+            if not (first == int(first) and last == int(last) and r.history_days <= first <= last):
+                typed = [int(d) if d == int(d) else d for d in (first, last)]
+                raise ValueError(f"reservation.{key}={typed}: allowed whole days first <= last, first >= "
+                                 f"history_days={r.history_days}")
 
 
 @functools.cache
@@ -128,6 +140,7 @@ def build_reservation_params(cfg: ReservationTaskConfig, split: str = "train") -
     on_demand, reserved = gpu_prices(cfg.replica.gpu)
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
     r = cfg.reservation
+    first, last = (int(d) for d in (r.train_days if split == "train" else r.heldout_days))
     return ReservationParams(
         client_rates=f32(rates),
         client_pool=f32(client_pool(rates, split)),
@@ -139,7 +152,8 @@ def build_reservation_params(cfg: ReservationTaskConfig, split: str = "train") -
         slo_target=f32(r.slo_target),
         max_reserved=r.max_reserved,
         history_days=r.history_days,
-        decision_days=r.decision_days,
+        first_day=first,
+        decision_days=last - first + 1,
     )
 
 

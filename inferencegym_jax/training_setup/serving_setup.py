@@ -22,8 +22,11 @@ warm-up action are the fleet's default configuration, every replica up and least
 ([R, 0]), as a vLLM default is a server's; its one imitation teacher is the seasonal forecast
 baseline (`imitation_teacher = "forecast"`, `fleet.baselines`: causal, chosen on the training
 days); memory wrappers and 'best_static' are refused.
-Any other env (the probes of `training.probes`) is trained as is: absolute layout only, no prior,
-warm-up action all zeros.
+A reservation task (`fleet.reservation`, a registered `InferenceGym-Reserve*` id) and any other
+env (the probes of `training.probes`) are trained as is: absolute layout only, no prior, warm-up
+action all zeros (a reservation's: nothing reserved), no memory wrapper; a setting they lack is
+refused naming its key. A reservation task may imitate one of its causal baselines first
+(`imitation_teacher` "week_peak", "flat_fraction" or "rolling_quantile", `fleet.reservation_baselines`).
 """
 
 from __future__ import annotations
@@ -37,16 +40,21 @@ import numpy as np
 from inferencegym_jax import wrappers
 from inferencegym_jax.control.mpc import HORIZON
 from inferencegym_jax.fleet.env import ROUTING_RULES, FleetEnv
+from inferencegym_jax.fleet.reservation import ReservationEnv
+from inferencegym_jax.fleet.reservation_tasks import is_reservation_id
 from inferencegym_jax.fleet.tasks import is_fleet_id
 from inferencegym_jax.training_setup import teachers
 from training.config import describe_fields, field_names, field_values, fields_toml, static_field, to_dict
 from training.imitation import Teacher
 
 # Teachers the imitation before PPO may fit (`imitation_teacher`).
-IMITATION_TEACHERS = ("mpc", "switch_rule", "forecast")
+IMITATION_TEACHERS = ("mpc", "switch_rule", "forecast", "week_peak", "flat_fraction", "rolling_quantile")
 # The one teacher of a fleet (`fleet.baselines`' seasonal forecast); the others plan or switch
 # with a serving env's simulator.
 FLEET_TEACHER = "forecast"
+# A reservation task's teachers: its causal baselines (`fleet.reservation_baselines`, the
+# fraction chosen on the training services), which read the observation alone.
+RESERVATION_TEACHERS = ("week_peak", "flat_fraction", "rolling_quantile")
 # A fleet's default routing rule: least-loaded (fleet.env.ROUTING_RULES index 0).
 FLEET_DEFAULT_ROUTING = ROUTING_RULES.index("least_loaded")
 
@@ -79,7 +87,9 @@ class ServingSetup:
     imitation_teacher: str = static_field(
         "mpc", "whose choices the imitation fits: 'mpc' (the causal mpc, imitation_horizon and imitation_samples "
         "below) or 'switch_rule' (the switching rule inferencegym_jax.control.switch_rule selects for the task); "
-        "a fleet: 'forecast' (the seasonal forecast baseline, inferencegym_jax.fleet.baselines)",
+        "a fleet: 'forecast' (the seasonal forecast baseline, inferencegym_jax.fleet.baselines); a reservation "
+        "task: 'week_peak', 'flat_fraction' or 'rolling_quantile' (its causal baselines, "
+        "inferencegym_jax.fleet.reservation_baselines)",
         lambda v: v in IMITATION_TEACHERS, f"one of {list(IMITATION_TEACHERS)}")
     imitation_horizon: int = static_field(
         HORIZON, "[intervals] the teacher mpc looks ahead (its MPCConfig.horizon; default mpc.HORIZON); it should "
@@ -114,7 +124,8 @@ class ServingSetup:
         if unknown:
             raise ValueError(f"unknown serving setup key {unknown[0]!r}; allowed: {sorted(allowed)}")
         values = dict(raw)
-        if "task" in values and not is_fleet_id(values["task"]):  # a fleet id is registered as it is
+        task = values.get("task")
+        if task is not None and not is_fleet_id(task) and not is_reservation_id(task):  # registered as they are
             from inferencegym_jax.tasks import resolve_id
 
             values["task"] = resolve_id(values["task"], key="config key 'task' = ")
@@ -135,9 +146,12 @@ class ServingSetup:
                              f"'absolute' (the teacher's actions are grid indices), not {self.action_mode!r}")
         if is_fleet_id(self.task):
             self._check_fleet(self.task)
-        elif self.imitation_episodes and self.imitation_teacher == FLEET_TEACHER:
-            raise ValueError(f"config key 'imitation_teacher' = {FLEET_TEACHER!r} is a fleet's teacher; a serving task "
-                             "imitates 'mpc' or 'switch_rule'")
+        elif is_reservation_id(self.task):
+            self._check_as_is(self.task)
+        elif self.imitation_episodes and self.imitation_teacher in (FLEET_TEACHER, *RESERVATION_TEACHERS):
+            whose = "a fleet's" if self.imitation_teacher == FLEET_TEACHER else "a reservation task's"
+            raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r} is {whose} teacher; a "
+                             "serving task imitates 'mpc' or 'switch_rule'")
 
     def _check_fleet(self, env_id: str) -> None:
         """ValueError naming the key for a setting a fleet task does not have (module docstring)."""
@@ -151,6 +165,18 @@ class ServingSetup:
         if self.imitation_episodes and self.imitation_teacher != FLEET_TEACHER:
             raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r}: the fleet task {env_id} "
                              f"imitates only {FLEET_TEACHER!r} (fleet.baselines)")
+
+    def _check_as_is(self, env_id: str) -> None:
+        """ValueError naming the key for a setting a task trained as is (a reservation) lacks."""
+        allowed = {"action_mode": "absolute", "initial_action": "default", "default_logit": 0.0,
+                   "history_windows": 0, "forecast_intervals": 0}
+        for key, value in allowed.items():
+            if getattr(self, key) != value:
+                raise ValueError(f"config key {key!r} = {getattr(self, key)!r}: the task {env_id} allows only "
+                                 f"{value!r} (it trains as is: its own action layout, no memory wrapper, no prior)")
+        if self.imitation_episodes and self.imitation_teacher not in RESERVATION_TEACHERS:
+            raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r}: the task {env_id} "
+                             f"imitates only one of {list(RESERVATION_TEACHERS)} (fleet.reservation_baselines)")
 
     def to_dict(self) -> dict[str, Any]:
         """Field name -> value."""
@@ -187,6 +213,8 @@ class ServingSetup:
                              "it, and set config keys 'history_windows' or 'forecast_intervals' to add one")
         if isinstance(env, FleetEnv):
             return self._fleet(env, params)
+        if isinstance(env, ReservationEnv):
+            return self._reservation(env, params)
         env = self._in_layout(env)
         if not is_serving_env(env):
             for key, what in (("history_windows", "the arrival history needs a serving env (its arrivals)"),
@@ -214,6 +242,18 @@ class ServingSetup:
             teacher = teachers.ControllerTeacher(env, params, self.imitation_episodes,
                                                  fleet_baselines(env, params)[FLEET_TEACHER])
         return TrainingEnv(env, params, default if self.default_logit > 0 else None, default, teacher)
+
+    def _reservation(self, env: ReservationEnv, params: Any) -> TrainingEnv:
+        """A reservation task as it is: no prior, warm-up nothing reserved, its baseline teacher."""
+        self._check_as_is(env.env_id)
+        teacher = None
+        if self.imitation_episodes:
+            from inferencegym_jax import evaluate
+            from inferencegym_jax.fleet.reservation_baselines import reservation_baselines
+
+            policy = reservation_baselines(env, params)[self.imitation_teacher]
+            teacher = teachers.ControllerTeacher(env, params, self.imitation_episodes, evaluate.as_controller(policy))
+        return TrainingEnv(env, params, None, np.zeros(len(env.action_space(params).nvec), np.int32), teacher)
 
     def _in_layout(self, env: Any) -> Any:
         """`env` in action_mode's layout: a plain serving env is wrapped, a wrapped one must match."""
