@@ -175,7 +175,7 @@ def test_bad_input_is_refused(small):
 
 def test_the_chosen_numbers_come_from_the_data_file():
     data = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_baselines.json").read_text())
-    assert set(data["chosen"]) == {"static_for_peak", "hpa", "forecast", "oracle"}
+    assert set(data["chosen"]) == {"static_for_peak", "hpa", "forecast", "oracle", "oracle_pooled"}
     for name, entry in data["chosen"].items():
         for key, item in entry.items():
             assert {"value", "unit", "what"} <= set(item), (name, key)
@@ -192,3 +192,48 @@ def test_the_chosen_numbers_come_from_the_data_file():
     assert float(ctrl["forecast"].capacity) == pytest.approx(data["chosen"]["forecast"]["capacity"]["value"])
     assert float(ctrl["oracle"].capacity) == pytest.approx(data["chosen"]["oracle"]["capacity"]["value"])
     assert ctrl["oracle"].lookahead_min == fb.lookahead_minutes(params) == 15  # ceil(830.5 / 60) + 1
+    pooled = ctrl["oracle_pooled"]
+    assert float(pooled.scale) == pytest.approx(data["chosen"]["oracle_pooled"]["scale"]["value"])
+    capacity = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_capacity.json").read_text())["capacity"]["value"]
+    np.testing.assert_allclose(np.asarray(pooled.capacity), capacity)
+    assert pooled.lookahead_min == ctrl["oracle"].lookahead_min
+
+
+def test_pooled_oracle_takes_the_fewest_replicas_that_carry_the_peak(small):
+    """N x capacity[N] x scale against the peak over the lookahead (capacity per fleet size)."""
+    _, params = small
+    capacity = jnp.asarray([0.0, 0.5, 1.0, 1.5, 2.0], jnp.float32)  # [req/s per replica], N = 0..4
+
+    @struct.dataclass
+    class State:
+        start_minute: jax.Array
+
+    def target(rate: float, scale: float) -> int:
+        p = params.replace(curve=params.curve.replace(rate=jnp.full_like(params.curve.rate, rate)))
+        oracle = fb.PooledOracleController(capacity, jnp.float32(scale), fb.lookahead_minutes(p))
+        action, _ = oracle.act((), None, Seen(jnp.int32(0), None, State(jnp.int32(100))), p)
+        return int(action[0])
+
+    assert target(0.0, 1.0) == 1  # the controllers keep one replica (fleet.baselines._action)
+    assert target(2.0, 1.0) == 2  # 2 x 1.0 carries 2.0 req/s
+    assert target(2.5, 1.0) == 3  # 3 x 1.5 = 4.5 (2 x 1.0 does not)
+    assert target(2.5, 0.5) == 4  # 3 x 1.5 x 0.5 = 2.25 < 2.5
+    assert target(100.0, 1.0) == 4  # nothing carries it: the whole fleet
+    with pytest.raises(ValueError, match="capacity has shape"):
+        fb.make_controllers(params, {"static_for_peak": {"replicas": 1}, "hpa": {"target": 1.0},
+                                     "forecast": {"capacity": 1.0, "spare": 0.0}, "oracle": {"capacity": 1.0},
+                                     "oracle_pooled": {"scale": 1.0}}, [1.0, 2.0])
+
+
+def test_the_capacity_file_follows_from_its_measurements():
+    """data/fleet/fleet1_v1_capacity.json: capacity[N] is the highest grid load whose worst episode
+    kept attainment >= slo_target (scripts/fleet_capacity.py's rule), 0 where none did."""
+    data = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_capacity.json").read_text())
+    grid = data["settings"]["load_grid"]
+    worst = np.asarray(data["worst_attainment"]["value"])
+    _, params = make_fleet(ENV_ID)
+    assert worst.shape == (params.num_replicas, len(grid))
+    expect = [0.0] + [max((g for g, w in zip(grid, row) if w >= float(params.slo_target)), default=0.0)
+                      for row in worst]
+    assert data["capacity"]["value"] == expect
+    assert expect[-1] > expect[4] > 0.0  # pooling: 16 replicas carry more each than 4

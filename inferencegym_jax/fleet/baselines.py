@@ -1,5 +1,7 @@
 """Non-learning fleet controllers (issue 42): static for the peak, Kubernetes' HPA, a seasonal-naive
-forecast, and the clairvoyant oracle (a bound). Every chosen number is read from
+forecast, and two clairvoyant oracles (bounds): one at a flat capacity per replica, one at the
+fleet's capacity per size measured on its own physics (`data/fleet/fleet1_v1_capacity.json`,
+`scripts/fleet_capacity.py`: pooled replicas carry more each). Every chosen number is read from
 data/fleet/fleet1_v1_baselines.json, which `scripts/fleet_baselines.py` writes from a search on
 the TRAINING split (never the held-out days).
 
@@ -47,6 +49,7 @@ from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.protocols import Seen, StepOutput
 
 BASELINES_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_baselines.json"}
+CAPACITY_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_capacity.json"}
 HPA_TOLERANCE = 0.1  # [ratio] Kubernetes' default --horizontal-pod-autoscaler-tolerance
 HPA_DOWN_WINDOW_S = 300.0  # [s] default scaleDown.stabilizationWindowSeconds
 HPA_UP_PODS = 4  # [replicas per 60 s] default scaleUp policy (Pods 4 / 60 s; or Percent 100 / 60 s)
@@ -206,6 +209,34 @@ class OracleController:
         return memory
 
 
+@struct.dataclass
+class PooledOracleController:
+    """Clairvoyant (a bound, not a causal policy): at t, the fewest replicas N whose measured
+    capacity carries the highest rate over the next `lookahead_min` minutes,
+    scale x N x capacity[N] >= peak (R if none does). capacity: float32 (R + 1,) [req/s per
+    replica] by fleet size (`scripts/fleet_capacity.py`); scale: float32 () [1], chosen on the
+    training days. Where OracleController provisions each replica for one flat rate, this one
+    plans with the physics' pooling: 16 replicas carry more per replica than 4."""
+
+    capacity: jax.Array
+    scale: jax.Array
+    lookahead_min: int = struct.field(pytree_node=False, default=16)
+
+    def init(self, key: jax.Array, seen: Seen, params: FleetParams) -> tuple[()]:
+        return ()
+
+    def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: FleetParams) -> tuple[jax.Array, tuple[()]]:
+        control_min = params.control_interval_s / MINUTE_S
+        now = seen.state.start_minute + jnp.floor(seen.t.astype(jnp.float32) * control_min).astype(jnp.int32)
+        peak = jnp.max(rate_at(params.curve, now + jnp.arange(self.lookahead_min + 1)))
+        carried = self.scale * jnp.arange(self.capacity.shape[0], dtype=jnp.float32) * self.capacity
+        enough = carried >= peak
+        return _action(jnp.where(enough.any(), jnp.argmax(enough), params.num_replicas), params), memory
+
+    def update(self, memory: tuple[()], step: StepOutput, params: FleetParams) -> tuple[()]:
+        return memory
+
+
 def lookahead_minutes(params: FleetParams) -> int:
     """[min] the oracle's lookahead: ceil(provision_s / 60 s) + ceil(control interval / 60 s)."""
     return int(math.ceil(float(params.provision_s) / MINUTE_S) + math.ceil(float(params.control_interval_s) / MINUTE_S))
@@ -216,16 +247,25 @@ def hpa_window(params: FleetParams) -> int:
     return max(1, int(round(HPA_DOWN_WINDOW_S / float(params.control_interval_s))))
 
 
-def make_controllers(params: FleetParams, chosen: dict[str, Any]) -> dict[str, Any]:
-    """The four controllers from the chosen numbers {"static_for_peak": {"replicas"}, "hpa":
-    {"target"}, "forecast": {"capacity", "spare"}, "oracle": {"capacity"}}."""
+def make_controllers(params: FleetParams, chosen: dict[str, Any], capacity: Any = None) -> dict[str, Any]:
+    """The controllers from the chosen numbers {"static_for_peak": {"replicas"}, "hpa": {"target"},
+    "forecast": {"capacity", "spare"}, "oracle": {"capacity"}} and, with "oracle_pooled": {"scale"}
+    and `capacity` (float (R + 1,) [req/s per replica] by fleet size), the pooled oracle."""
     f32 = jnp.float32
-    return {
+    controllers = {
         "static_for_peak": StaticController(jnp.int32(chosen["static_for_peak"]["replicas"])),
         "hpa": HpaController(f32(chosen["hpa"]["target"]), hpa_window(params)),
         "forecast": ForecastController(f32(chosen["forecast"]["capacity"]), f32(chosen["forecast"]["spare"])),
         "oracle": OracleController(f32(chosen["oracle"]["capacity"]), lookahead_minutes(params)),
     }
+    if "oracle_pooled" in chosen and capacity is not None:
+        table = jnp.asarray(capacity, f32)
+        if table.shape != (params.num_replicas + 1,):
+            raise ValueError(f"capacity has shape {table.shape}; allowed: ({params.num_replicas + 1},), one per "
+                             f"fleet size 0..{params.num_replicas}")
+        controllers["oracle_pooled"] = PooledOracleController(table, f32(chosen["oracle_pooled"]["scale"]),
+                                                              lookahead_minutes(params))
+    return controllers
 
 
 def load_chosen(env_id: str) -> dict[str, Any]:
@@ -240,7 +280,17 @@ def load_chosen(env_id: str) -> dict[str, Any]:
     return {name: {k: v["value"] for k, v in entry.items()} for name, entry in data["chosen"].items()}
 
 
+def load_capacity(env_id: str) -> list[float] | None:
+    """The capacity per fleet size [req/s per replica] of data/fleet/<task>_capacity.json
+    (`scripts/fleet_capacity.py`); None for a task without one."""
+    if env_id not in CAPACITY_FILE:
+        return None
+    data = json.loads(shipped("data").joinpath("fleet", CAPACITY_FILE[env_id]).read_text())
+    return [float(c) for c in data["capacity"]["value"]]
+
+
 def fleet_baselines(env: FleetEnv, params: FleetParams) -> dict[str, Any]:
-    """{"static_for_peak", "hpa", "forecast", "oracle"}: the task's baselines, their numbers from
-    data/fleet/<task>_baselines.json (chosen on the training split by scripts/fleet_baselines.py)."""
-    return make_controllers(params, load_chosen(env.env_id))
+    """{"static_for_peak", "hpa", "forecast", "oracle"[, "oracle_pooled"]}: the task's baselines,
+    their numbers from data/fleet/<task>_baselines.json (chosen on the training split by
+    scripts/fleet_baselines.py), the pooled oracle's capacities from data/fleet/<task>_capacity.json."""
+    return make_controllers(params, load_chosen(env.env_id), load_capacity(env.env_id))
