@@ -166,6 +166,7 @@ def test_evaluation_and_training_keys_are_disjoint_streams():
         assert not ({tuple(r) for r in train_eps.tolist()} & {tuple(r) for r in eval_eps.tolist()})
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 @pytest.mark.parametrize("task_id", physics_task_params([i for i in PHYSICS_TASK_IDS if i != "InferenceGym-Task4-v1"]))
 def test_scores_discriminate_random_default_best_static(task_id):
     """random < vllm_default < best_static on held-out keys, beyond the 95 % CI.

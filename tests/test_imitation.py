@@ -48,6 +48,7 @@ def demos(trainer):
     return small, jax.jit(small)(jax.random.key(3))
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_the_teacher_plays_the_mpc_episode_in_the_wrapped_env(short_task, trainer, demos):
     env, params = short_task
     teacher, demos = demos
@@ -83,6 +84,7 @@ def test_a_dagger_episode_is_the_learners_labelled_by_the_mpc(short_task, traine
     np.testing.assert_array_equal(np.asarray(learner.obs[:, 0]), np.asarray(own.obs[:, 0]))
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_init_starts_ppo_from_the_policy_fitted_to_the_teacher(trainer, demos):
     _, demos = demos
     config = trainer.config.replace(imitation_rounds=1)

@@ -45,6 +45,7 @@ def test_candidates_are_the_best_static_neighbourhood(task):
     assert far <= 1 and len(cands) == 1 + sum(int(n) - 1 for n in nvec) + far
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_one_candidate_is_that_fixed_configuration_on_the_same_episodes(task):
     env, params = task
     best = mpc.candidate_actions(env, params, TASK)[:1]
@@ -112,6 +113,7 @@ def test_move_blocking_plans_every_dth_interval_and_holds_in_between(task, clair
     np.testing.assert_array_equal(applied(run(replan_every=STEPS)), np.repeat(every[:, :1], STEPS, axis=1))
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 @pytest.mark.parametrize("env_id", ["InferenceGym-Task3-v1"])
 def test_the_grade_objective_of_a_rollout_to_the_end_is_the_graders_value_of_that_episode(env_id):
     """Past sums + a rollout reaching the episode's end = the grader's (unnormalised) value of the

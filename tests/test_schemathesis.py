@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).parent
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 
@@ -30,6 +32,7 @@ def command(url: str) -> list[str]:
             "--generation-database", "none", "--request-timeout", "60", "--no-color"]
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_schemathesis_finds_nothing(server, tmp_path):
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "schemathesis_hooks",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}

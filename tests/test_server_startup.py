@@ -105,6 +105,7 @@ def test_a_restart_loads_every_program_the_first_start_compiled(tmp_path):
     assert (compiled_again, loaded_again) == (0, compiled)
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_baseline_batches_are_graded_bit_for_bit_as_evaluate_grades_them():
     """core._evaluate_bounded (run and graded batch by batch) against evaluate.evaluate (all
     episodes graded at once) on one episode, a ragged batch and two batches plus one episode."""

@@ -68,6 +68,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_four_host_devices_match_one_device(tmp_path):
     """Every leaf equal to float32 rounding, nearly all bit for bit, on 4 devices.
 

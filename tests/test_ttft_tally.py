@@ -83,6 +83,7 @@ def test_empty_components_with_nan_parameters_change_nothing():
     assert np.isnan(float(ttft_tally.mean(ttft_tally.empty())))
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_evaluation_reports_the_episodes_request_quantiles():
     """The episode loop folds every interval's info["first_token"]: its tally is the one the
     intervals' mixtures give, `run_episodes(with_ttft=True)` returns it beside the trajectory and

@@ -157,6 +157,7 @@ def test_initial_actions(base):
         wrappers.initial_action(wrappers.HoldActions(custom), params, "best_static")
 
 
+@pytest.mark.slow  # the fast tier's 15-min budget (2026-12-06: 16 min 50 s with the reservation task's tests)
 def test_wrapped_episodes_see_the_base_envs_traffic(base):
     """Episodes through a wrapper (evaluate.run_episodes: reset_env / step_env) are the base env's
     for the same keys: holding the default configuration is the fixed default-index policy, and

@@ -36,14 +36,14 @@ JAX (`tests/test_reservation_gym.py` checks it, bit for bit), with `evaluate.str
 
 for commitments t = 0, 1, ... (step_env is deterministic: its key is unused).
 
-Tasks. `split` ("train", the default, or "heldout": the other half of the clients) and overrides
-as `fleet.reservation_tasks.make_reservation` takes them (`reservation={"decision_days": 3}`), or
+Tasks. `split` ("train", the default, or "heldout": the other half of the clients, on later days) and
+overrides as `fleet.reservation_tasks.make_reservation` takes them (`reservation={"train_days": [7, 8]}`), or
 `params=` (a `fleet.reservation.ReservationParams`). Reset and step are jitted with the task's
 training env as a static argument and params as an argument: an env compiles them once (the test
-counts traces); params with other static fields (max_reserved, history_days, decision_days)
+counts traces); params with other static fields (max_reserved, history_days, first_day, decision_days)
 trace them once more.
 
-Episodes end after `params.decision_days` commitments (Reserve1: 7): `terminated` is True on the
+Episodes end after `params.decision_days` commitments (Reserve1: 4, held out 3): `terminated` is True on the
 last (the horizon is part of the task: the observation's days_left shows it), `truncated` is
 always False; a step after that raises ValueError (call reset()). The reward is minus the day's J
 (`fleet.reservation`): GPU cost over the fleet's whole on-demand budget + slo_weight x missed /
@@ -160,12 +160,12 @@ class ReservationGymnasiumEnv(StreamedEnv, gymnasium.Env):
     Args:
       task_id: a reservation task id ("InferenceGym-Reserve1-v1") or its gymnasium id
         ("InferenceGym/Reserve1-v1").
-      split: "train" (default) or "heldout", the clients services are drawn from
-        (`fleet.reservation_tasks.make_reservation`).
+      split: "train" (default) or "heldout", the clients services are drawn from and the days they
+        commit for (`fleet.reservation_tasks.make_reservation`).
       params: fleet.reservation.ReservationParams to run instead of the task's (not with split
         or overrides).
       render_mode: None or "ansi" (`render()` returns a line about the last day).
-      **overrides: task overrides, as `make_reservation` takes them (`reservation={"decision_days": 3}`).
+      **overrides: task overrides, as `make_reservation` takes them (`reservation={"train_days": [7, 8]}`).
 
     Attributes:
       env: the task's ReservationEnv (training params; the static argument of the programs);
