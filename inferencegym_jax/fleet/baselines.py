@@ -187,6 +187,14 @@ class ForecastController:
             filled=memory.filled + 1, pending=memory.pending)
 
 
+def peak_ahead(seen: Seen, params: FleetParams, lookahead_min: int) -> jax.Array:
+    """float32 () [req/s], the episode's own curve at its highest over the next `lookahead_min`
+    minutes from interval seen.t (what the clairvoyant oracles provision for)."""
+    control_min = params.control_interval_s / MINUTE_S
+    now = seen.state.start_minute + jnp.floor(seen.t.astype(jnp.float32) * control_min).astype(jnp.int32)
+    return jnp.max(rate_at(params.curve, now + jnp.arange(lookahead_min + 1)))
+
+
 @struct.dataclass
 class OracleController:
     """Clairvoyant (a bound, not a causal policy): reads the episode's own future curve and commands
@@ -200,9 +208,7 @@ class OracleController:
         return ()
 
     def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: FleetParams) -> tuple[jax.Array, tuple[()]]:
-        control_min = params.control_interval_s / MINUTE_S
-        now = seen.state.start_minute + jnp.floor(seen.t.astype(jnp.float32) * control_min).astype(jnp.int32)
-        peak = jnp.max(rate_at(params.curve, now + jnp.arange(self.lookahead_min + 1)))
+        peak = peak_ahead(seen, params, self.lookahead_min)
         return _action(jnp.ceil(peak / self.capacity - 1e-4), params), memory
 
     def update(self, memory: tuple[()], step: StepOutput, params: FleetParams) -> tuple[()]:
@@ -226,9 +232,7 @@ class PooledOracleController:
         return ()
 
     def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: FleetParams) -> tuple[jax.Array, tuple[()]]:
-        control_min = params.control_interval_s / MINUTE_S
-        now = seen.state.start_minute + jnp.floor(seen.t.astype(jnp.float32) * control_min).astype(jnp.int32)
-        peak = jnp.max(rate_at(params.curve, now + jnp.arange(self.lookahead_min + 1)))
+        peak = peak_ahead(seen, params, self.lookahead_min)
         carried = self.scale * jnp.arange(self.capacity.shape[0], dtype=jnp.float32) * self.capacity
         enough = carried >= peak
         return _action(jnp.where(enough.any(), jnp.argmax(enough), params.num_replicas), params), memory

@@ -75,8 +75,8 @@ from inferencegym_jax.interop.gym_host import (
     AdapterTask,
     StreamedEnv,
     check_entries,
-    gymnasium_id,
     json_scalars,
+    register_ids,
 )
 
 __all__ = ["FLEET_ENTRY_POINT", "TOTAL_NAMES", "FleetGymnasiumEnv", "check_fleet_action", "fleet_task_id",
@@ -103,13 +103,7 @@ def register_fleet_envs() -> list[str]:
 
     Idempotent: ids already registered are left as they are.
     """
-    ids = []
-    for env_id in fleet_envs():
-        gym_id = gymnasium_id(env_id)
-        if gym_id not in gymnasium.registry:
-            gymnasium.register(gym_id, entry_point=FLEET_ENTRY_POINT, kwargs={"task_id": env_id})
-        ids.append(gym_id)
-    return ids
+    return register_ids(fleet_envs(), FLEET_ENTRY_POINT, gymnasium)
 
 
 def check_fleet_action(action: Any, nvec: np.ndarray, name: str = "action") -> np.ndarray:

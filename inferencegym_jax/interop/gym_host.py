@@ -21,7 +21,7 @@ from inferencegym_jax.traffic import sampling
 
 __all__ = ["MAX_SEED", "NAMESPACE", "RENDER_MODES", "RESET_OPTIONS", "AdapterTask", "StreamedEnv", "batched_info",
            "check_actions", "check_entries", "check_options", "check_render_mode", "describe", "gymnasium_id",
-           "json_scalars", "make_task", "task_id_of", "to_python"]
+           "json_scalars", "make_task", "register_ids", "task_id_of", "to_python"]
 
 NAMESPACE = "InferenceGym"
 RENDER_MODES = ["ansi"]
@@ -206,6 +206,19 @@ def check_entries(action: Any, nvec: np.ndarray, names: Sequence[str], name: str
         raise ValueError(f"{name}[{i}] ({names[i]}) = {int(values[i])} is outside its range "
                          f"[0, {int(nvec[i]) - 1}]{note}")
     return values.astype(np.int32)
+
+
+def register_ids(env_ids: Sequence[str], entry_point: str, gym: Any) -> list[str]:
+    """Register gymnasium id `gymnasium_id(i)` for each task id i at `entry_point` (its class,
+    made with task_id=i) in `gym` (the gymnasium module: this module does not import it);
+    returns the ids. Idempotent: ids already registered are left as they are."""
+    ids = []
+    for env_id in env_ids:
+        gym_id = gymnasium_id(env_id)
+        if gym_id not in gym.registry:
+            gym.register(gym_id, entry_point=entry_point, kwargs={"task_id": env_id})
+        ids.append(gym_id)
+    return ids
 
 
 def json_scalars(tree: Any) -> Any:

@@ -87,8 +87,8 @@ from inferencegym_jax.interop.gym_host import (
     AdapterTask,
     StreamedEnv,
     check_entries,
-    gymnasium_id,
     json_scalars,
+    register_ids,
 )
 
 __all__ = ["DAY_NAMES", "RESERVATION_ENTRY_POINT", "RESERVATION_TASKS", "ReservationGymnasiumEnv",
@@ -110,13 +110,7 @@ def register_reservation_envs() -> list[str]:
 
     Idempotent: ids already registered are left as they are.
     """
-    ids = []
-    for env_id in reservation_envs():
-        gym_id = gymnasium_id(env_id)
-        if gym_id not in gymnasium.registry:
-            gymnasium.register(gym_id, entry_point=RESERVATION_ENTRY_POINT, kwargs={"task_id": env_id})
-        ids.append(gym_id)
-    return ids
+    return register_ids(reservation_envs(), RESERVATION_ENTRY_POINT, gymnasium)
 
 
 # ----------------------------------------------------------------------------- the jitted programs
