@@ -230,7 +230,7 @@ def reservation_graded_evaluation(trainer: Any, runner: Any, args: argparse.Name
     table, per_policy = evaluate_reservation(trainer, runner, episodes, args.eval_seed, _baseline_names(args.baselines))
     seconds = time.perf_counter() - t0
     print(f"\ngraded evaluation: {episodes} held-out services (evaluation_key({args.eval_seed}), the held-out "
-          f"clients), {trainer.env_id}, {int(runner.update)} updates, {seconds:.1f} s")
+          f"clients on the held-out days), {trainer.env_id}, {int(runner.update)} updates, {seconds:.1f} s")
     print_frame(table)
     for ref in ("week_peak", "rolling_quantile"):
         if f"d_J_vs_{ref}" in table.columns:
