@@ -132,14 +132,21 @@ def fleet_baseline_controllers(trainer: Trainer, params: FleetParams,
     from inferencegym_jax.fleet.baselines import fleet_baselines
 
     available = fleet_baselines(cast(FleetEnv, trainer.env), params)
+    return select_baselines(available, baseline_names, FLEET_REFERENCES, "the fleet's")
+
+
+def select_baselines(available: dict[str, Any], baseline_names: list[str] | None, references: tuple[str, str],
+                     whose: str) -> dict[str, Any]:
+    """The baselines of `available` asked for (default: every one); ValueError naming the unknown
+    ones and the available, or the graded references (0, 1) missing from them."""
     names = list(available) if baseline_names is None else baseline_names
     unknown = [n for n in names if n not in available]
     if unknown:
         raise ValueError(f"unknown baselines {unknown}; available: {list(available)}")
-    missing = [n for n in FLEET_REFERENCES if n not in names]
+    missing = [n for n in references if n not in names]
     if missing:
-        raise ValueError(f"baselines {names} lack {missing}: the fleet's score is graded between "
-                         f"{FLEET_REFERENCES[0]} (0) and {FLEET_REFERENCES[1]} (1)")
+        raise ValueError(f"baselines {names} lack {missing}: {whose} score is graded between "
+                         f"{references[0]} (0) and {references[1]} (1)")
     return {n: available[n] for n in names}
 
 

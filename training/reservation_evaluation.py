@@ -18,7 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from inferencegym_jax.fleet.reservation import ReservationEnv, ReservationParams
-from training.evaluation import PPO_NAME, _plain, _run_record
+from training.evaluation import PPO_NAME, _plain, _run_record, select_baselines
 from training.ppo import RunnerState, Trainer
 
 # The baselines a reservation score is graded between (0 and 1; reservation_baselines.reservation_table).
@@ -48,15 +48,7 @@ def reservation_baseline_policies(trainer: Trainer, params: ReservationParams,
     from inferencegym_jax.fleet.reservation_baselines import reservation_baselines
 
     available = reservation_baselines(cast(ReservationEnv, trainer.env), params)
-    names = list(available) if baseline_names is None else baseline_names
-    unknown = [n for n in names if n not in available]
-    if unknown:
-        raise ValueError(f"unknown baselines {unknown}; available: {list(available)}")
-    missing = [n for n in RESERVATION_REFERENCES if n not in names]
-    if missing:
-        raise ValueError(f"baselines {names} lack {missing}: the reservation score is graded between "
-                         f"{RESERVATION_REFERENCES[0]} (0) and {RESERVATION_REFERENCES[1]} (1)")
-    return {n: available[n] for n in names}
+    return select_baselines(available, baseline_names, RESERVATION_REFERENCES, "the reservation")
 
 
 def evaluate_reservation(trainer: Trainer, runner: RunnerState, num_episodes: int, eval_seed: int = 0,
