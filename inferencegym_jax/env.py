@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -108,16 +108,23 @@ def auto_reset(done: jax.Array, reset: Any, stepped: Any) -> Any:
     return jax.tree_util.tree_map(lambda x, y: jnp.where(done, x, y), reset, stepped)
 
 
-class InferenceGymEnv:
-    """LLM inference-serving control (see the module docstring and README for the tables)."""
+ParamsT = TypeVar("ParamsT")
 
-    def __init__(self, default_params: EnvParams, env_id: str = "InferenceGym-Custom-v0"):
-        self._check_params(default_params)
-        self._default_params = default_params
-        self.env_id = env_id
+
+class TaskIdentity(Generic[ParamsT]):
+    """An env's name, default params and identity, shared by every task family's env class.
+
+    Envs are static arguments of jitted programs (evaluation, baselines, the gymnasium adapters):
+    equal envs (same class, same id, same default params value for value) share compiled programs,
+    so that making the same task twice, as a server or a sweep driver does in a loop, compiles
+    nothing new. Subclasses set `env_id` (str) and `_default_params` (their params pytree).
+    """
+
+    env_id: str
+    _default_params: ParamsT
 
     @property
-    def default_params(self) -> EnvParams:
+    def default_params(self) -> ParamsT:
         return self._default_params
 
     @property
@@ -125,11 +132,8 @@ class InferenceGymEnv:
         return self.env_id
 
     def __repr__(self) -> str:
-        return f"InferenceGymEnv({self.env_id!r})"
+        return f"{type(self).__name__}({self.env_id!r})"
 
-    # Envs are static arguments of jitted programs (evaluation, baselines): equal envs (same id,
-    # same default params, value for value) share compiled programs, so that making the same
-    # task twice, as a server or a sweep driver does in a loop, compiles nothing new.
     def _identity(self) -> tuple[type, str, str]:
         if not hasattr(self, "_fingerprint"):
             concrete = validation.is_concrete(self._default_params)
@@ -137,10 +141,19 @@ class InferenceGymEnv:
         return type(self), self.env_id, self._fingerprint
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, InferenceGymEnv) and self._identity() == other._identity()
+        return isinstance(other, TaskIdentity) and self._identity() == other._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())
+
+
+class InferenceGymEnv(TaskIdentity[EnvParams]):
+    """LLM inference-serving control (see the module docstring and README for the tables)."""
+
+    def __init__(self, default_params: EnvParams, env_id: str = "InferenceGym-Custom-v0"):
+        self._check_params(default_params)
+        self._default_params = default_params
+        self.env_id = env_id
 
     # ------------------------------------------------------------------ spaces
 

@@ -35,7 +35,7 @@ from jax import Array
 
 from inferencegym_jax import spaces, validation
 from inferencegym_jax.actions import ServingAction
-from inferencegym_jax.env import auto_reset, params_fingerprint
+from inferencegym_jax.env import TaskIdentity, auto_reset
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, MINUTE_S, DayCurve, rate_at, requests_between
 from inferencegym_jax.fleet.physics import fleet_interval, scale_to
 from inferencegym_jax.fleet.routing import least_loaded_weights
@@ -224,7 +224,7 @@ def accumulate(total: ControlTotals, step: ControlTotals) -> ControlTotals:
                           warming=step.warming, draining=step.draining)
 
 
-class FleetEnv:
+class FleetEnv(TaskIdentity[FleetParams]):
     """A fleet of LLM inference replicas on day-scale traffic (module docstring)."""
 
     def __init__(self, default_params: FleetParams, env_id: str = "InferenceGym-FleetCustom-v1"):
@@ -232,30 +232,6 @@ class FleetEnv:
             raise ValueError(f"params must be a fleet.FleetParams, got {type(default_params).__name__}")
         self._default_params = default_params
         self.env_id = env_id
-
-    @property
-    def default_params(self) -> FleetParams:
-        return self._default_params
-
-    @property
-    def name(self) -> str:
-        return self.env_id
-
-    def __repr__(self) -> str:
-        return f"FleetEnv({self.env_id!r})"
-
-    # Envs are static arguments of jitted programs (evaluation, the gymnasium adapter): equal envs
-    # (same id, same default params value for value) share compiled programs, as the serving env's do.
-    def _identity(self) -> tuple[type, str, str]:
-        if not hasattr(self, "_fingerprint"):
-            self._fingerprint = params_fingerprint(self._default_params)
-        return type(self), self.env_id, self._fingerprint
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FleetEnv) and self._identity() == other._identity()
-
-    def __hash__(self) -> int:
-        return hash(self._identity())
 
     # ------------------------------------------------------------------ spaces
 

@@ -38,7 +38,7 @@ from flax import struct
 from jax import Array
 
 from inferencegym_jax import spaces
-from inferencegym_jax.env import auto_reset, params_fingerprint
+from inferencegym_jax.env import TaskIdentity, auto_reset
 from inferencegym_jax.fleet.reservation_day import (
     DAY_WINDOWS,
     HOURS_PER_DAY,
@@ -154,7 +154,7 @@ class ReservationObservation:
     last_missed: Array
 
 
-class ReservationEnv:
+class ReservationEnv(TaskIdentity[ReservationParams]):
     """Day-ahead capacity reservation (module docstring)."""
 
     def __init__(self, default_params: ReservationParams, env_id: str = "InferenceGym-ReserveCustom-v1"):
@@ -163,28 +163,6 @@ class ReservationEnv:
                              f"{type(default_params).__name__}")
         self._default_params = default_params
         self.env_id = env_id
-
-    @property
-    def default_params(self) -> ReservationParams:
-        return self._default_params
-
-    @property
-    def name(self) -> str:
-        return self.env_id
-
-    def __repr__(self) -> str:
-        return f"ReservationEnv({self.env_id!r})"
-
-    def _identity(self) -> tuple[type, str, str]:
-        if not hasattr(self, "_fingerprint"):
-            self._fingerprint = params_fingerprint(self._default_params)
-        return type(self), self.env_id, self._fingerprint
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ReservationEnv) and self._identity() == other._identity()
-
-    def __hash__(self) -> int:
-        return hash(self._identity())
 
     def action_space(self, params: ReservationParams | None = None) -> spaces.MultiDiscrete:
         """24 hourly reserved replica counts, each in [0, max_reserved]."""
