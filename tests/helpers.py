@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 import inferencegym_jax as ig
 
@@ -63,3 +68,37 @@ def rollout(env, params, key, actions_fn, num_steps: int):
     _, state = env.reset(k_reset, params)
     ts = jax.numpy.arange(num_steps)
     return jax.lax.scan(body, state, (ts, jax.random.split(k_steps, num_steps)))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5))
+def _plain_step(env: Any, key: jax.Array, state: Any, action: jax.Array, params: Any, info_key: str) -> tuple:
+    obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
+    return env.flatten_observation(obs, params), state, reward, terminated, truncated, info[info_key]
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _plain_reset(env: Any, key: jax.Array, params: Any) -> tuple:
+    obs, state = env.reset_env(key, params)
+    return env.flatten_observation(obs, params), state
+
+
+def plain_jax_stream_episode(env: Any, params: Any, root: jax.Array, episode: int, actions: list, info_key: str,
+                             names: tuple[str, ...]) -> dict[str, Any]:
+    """An episode of a one-env gymnasium adapter's task (fleet, reservation) in plain JAX, with the
+    adapters' key derivation (reset from split(fold_in(root, episode), 3)[0], step t from
+    fold_in(split(...)[1], t)): {"obs": (T+1, obs_size), "rewards",
+    "terminated", "truncated": (T,), "infos": [{name: float}] of info[info_key] per step,
+    "first_state": the reset's state}."""
+    k_reset, k_env, _ = jax.random.split(jax.random.fold_in(root, episode), 3)
+    obs, state = _plain_reset(env, k_reset, params)
+    out: dict[str, Any] = {"obs": [np.asarray(obs)], "rewards": [], "terminated": [], "truncated": [], "infos": [],
+                           "first_state": state}
+    for t, action in enumerate(actions):
+        obs, state, reward, terminated, truncated, info = _plain_step(
+            env, jax.random.fold_in(k_env, t), state, jnp.asarray(action, jnp.int32), params, info_key)
+        out["obs"].append(np.asarray(obs))
+        out["rewards"].append(float(reward))
+        out["terminated"].append(bool(terminated))
+        out["truncated"].append(bool(truncated))
+        out["infos"].append({name: float(getattr(info, name)) for name in names})
+    return {k: np.asarray(v) if k in ("obs", "rewards", "terminated", "truncated") else v for k, v in out.items()}

@@ -4,7 +4,6 @@ truncation at the horizon, action checks, JSON-safe infos, one compile."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import warnings
@@ -13,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import plain_jax_stream_episode
 
 from inferencegym_jax.fleet.env import OBS_SIZE
 from inferencegym_jax.fleet.tasks import fleet_envs, make_fleet
@@ -34,34 +34,12 @@ def short():
     return make_fleet(TASK, max_steps=HORIZON)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def plain_reset(env, key, params):
-    obs, state = env.reset_env(key, params)
-    return env.flatten_observation(obs, params), state
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def plain_step(env, key, state, action, params):
-    obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
-    return env.flatten_observation(obs, params), state, reward, terminated, truncated, info["totals"]
-
-
 def plain_jax_episode(env, params, root, episode, actions):
     """The module docstring's key derivation in plain JAX: obs (T+1, 12), rewards (T,),
     truncated (T,), the totals of every interval and the start minute."""
-    k_reset, k_env, _ = jax.random.split(jax.random.fold_in(root, episode), 3)
-    obs, state = plain_reset(env, k_reset, params)
-    start = int(state.start_minute)
-    observations, rewards, truncations, totals = [obs], [], [], []
-    for t, action in enumerate(actions):
-        obs, state, reward, terminated, truncated, tot = plain_step(
-            env, jax.random.fold_in(k_env, t), state, jnp.asarray(action, jnp.int32), params)
-        assert not bool(terminated)
-        observations.append(obs)
-        rewards.append(float(reward))
-        truncations.append(bool(truncated))
-        totals.append({name: float(getattr(tot, name)) for name in fg.TOTAL_NAMES})
-    return np.asarray(observations), np.asarray(rewards), np.asarray(truncations), totals, start
+    ep = plain_jax_stream_episode(env, params, root, episode, actions, "totals", fg.TOTAL_NAMES)
+    assert not ep["terminated"].any()
+    return ep["obs"], ep["rewards"], ep["truncated"], ep["infos"], int(ep["first_state"].start_minute)
 
 
 def adapter_episode(env, actions, **reset_kwargs):

@@ -5,15 +5,14 @@ infos, one compile, and ValueErrors naming the bad argument."""
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import plain_jax_stream_episode
 
 from inferencegym_jax.fleet.reservation import OBS_RATE_CLIP, obs_size
 from inferencegym_jax.fleet.reservation_tasks import make_reservation, reservation_envs
@@ -30,33 +29,12 @@ DAYS = 4  # Reserve1's training episodes: days 7-10 (configs/reservation/reserve
 ACTIONS = [np.full(24, 6), np.array([2] * 8 + [9] * 12 + [4] * 4), np.zeros(24, np.int64), np.full(24, 32)]
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def plain_reset(env, key, params):
-    obs, state = env.reset_env(key, params)
-    return env.flatten_observation(obs, params), state
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def plain_step(env, key, state, action, params):
-    obs, state, reward, terminated, truncated, info = env.step_env(key, state, action, params)
-    return env.flatten_observation(obs, params), state, reward, terminated, truncated, info["day"]
-
-
 def plain_jax_episode(env, params, root, episode, actions):
     """The module docstring's key derivation in plain JAX: obs (T+1, obs_size), rewards (T,),
     terminated (T,) and the DayTotals of every day as {field: float}."""
-    k_reset, k_env, _ = jax.random.split(jax.random.fold_in(root, episode), 3)
-    obs, state = plain_reset(env, k_reset, params)
-    observations, rewards, terminations, days = [np.asarray(obs)], [], [], []
-    for t, action in enumerate(actions):
-        obs, state, reward, terminated, truncated, day = plain_step(
-            env, jax.random.fold_in(k_env, t), state, jnp.asarray(action, jnp.int32), params)
-        assert not bool(truncated)
-        observations.append(np.asarray(obs))
-        rewards.append(float(reward))
-        terminations.append(bool(terminated))
-        days.append({name: float(getattr(day, name)) for name in rg.DAY_NAMES})
-    return np.asarray(observations), np.asarray(rewards), np.asarray(terminations), days
+    ep = plain_jax_stream_episode(env, params, root, episode, actions, "day", rg.DAY_NAMES)
+    assert not ep["truncated"].any()
+    return ep["obs"], ep["rewards"], ep["terminated"], ep["infos"]
 
 
 def adapter_episode(env, actions, **reset_kwargs):
