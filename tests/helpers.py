@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import inferencegym_jax as ig
+from inferencegym_jax.evaluate import stream_episode_keys
 
 # The tasks the per-task physics tests run on: one task per code path, each path at least once.
 # Task1-v0: a constant schedule, two knobs; Task2-v0: a periodic burst, a memory limit, speculative
@@ -85,11 +86,11 @@ def _plain_reset(env: Any, key: jax.Array, params: Any) -> tuple:
 def plain_jax_stream_episode(env: Any, params: Any, root: jax.Array, episode: int, actions: list, info_key: str,
                              names: tuple[str, ...]) -> dict[str, Any]:
     """An episode of a one-env gymnasium adapter's task (fleet, reservation) in plain JAX, with the
-    adapters' key derivation (reset from split(fold_in(root, episode), 3)[0], step t from
-    fold_in(split(...)[1], t)): {"obs": (T+1, obs_size), "rewards",
+    adapters' key derivation (evaluate.stream_episode_keys: reset from its first key, step t from
+    fold_in(its second, t)): {"obs": (T+1, obs_size), "rewards",
     "terminated", "truncated": (T,), "infos": [{name: float}] of info[info_key] per step,
     "first_state": the reset's state}."""
-    k_reset, k_env, _ = jax.random.split(jax.random.fold_in(root, episode), 3)
+    k_reset, k_env, _ = stream_episode_keys(root, episode)
     obs, state = _plain_reset(env, k_reset, params)
     out: dict[str, Any] = {"obs": [np.asarray(obs)], "rewards": [], "terminated": [], "truncated": [], "infos": [],
                            "first_state": state}

@@ -3,6 +3,7 @@
     inferencegym serve                                  # every task, 127.0.0.1:8000
     inferencegym serve --task 1 --port 8001 --max-sessions 16
     inferencegym serve --task 1 --checkpoint runs/task1  # sessions may also step with policy "ppo"
+    inferencegym serve --task InferenceGym-Fleet1-v1 --task InferenceGym-Reserve1-v1   # the day tasks
     inferencegym serve --no-compile-cache               # compile everything afresh, keep nothing
 
 The server compiles every program before it opens its port (see inferencegym_jax.server.app).
@@ -71,6 +72,21 @@ def port_int(value: str) -> int:
     return int(value)
 
 
+def served_task(value: str) -> str:
+    """argparse type: a serving task (`common.task_id`: a number or a registered id) or a fleet or
+    reservation task id ("InferenceGym-Fleet1-v1", "InferenceGym-Reserve1-v1"; their sessions
+    need gymnasium, which the server extra brings)."""
+    from inferencegym_jax.server.day_tasks import all_day_ids, day_task_id
+
+    day = day_task_id(value)
+    if day is not None:
+        return day
+    try:
+        return task_id(value)
+    except argparse.ArgumentTypeError as err:
+        raise argparse.ArgumentTypeError(f"{err}; or a fleet or reservation task, one of {all_day_ids()}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> None:
     """Serve until interrupted; ValueError (one line, exit 2) for a missing extra or bad input."""
     if importlib.util.find_spec("openenv") is None:
@@ -97,8 +113,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "serve", help="serve the env over OpenEnv's protocol and an HTTP session API")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST}: this machine only)")
     p.add_argument("--port", type=port_int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT})")
-    p.add_argument("--task", type=task_id, action="append", default=None,
-                   help="a task to serve (number or id; repeat for several; default: every task)")
+    p.add_argument("--task", type=served_task, action="append", default=None,
+                   help="a task to serve (number or id, or a fleet or reservation id such as InferenceGym-Fleet1-v1; "
+                        "repeat for several; default: every serving task)")
     p.add_argument("--max-sessions", type=positive_int, default=64,
                    help="sessions at once over all tasks; at the limit the least recently used HTTP session is "
                         "evicted (its id then answers 410) (default 64)")

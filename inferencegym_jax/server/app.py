@@ -11,6 +11,10 @@
   * `contract`: one error shape for every 4xx, every status declared, and the OpenAPI document
     naming the served tasks and policies, with links from POST /sessions to its session's routes.
 
+A server that serves fleet or reservation tasks (`day_tasks`, `day_sessions`) takes their actions
+and `day_split` in the same routes and messages (`schemas.body_models`: the models with the day
+tasks' fields, under the same names); one that serves none keeps the serving models unchanged.
+
 Bodies over MAX_BODY_BYTES are refused with 413 before they are read whole. `serve` compiles
 every program a session or /grader runs first (`ServerCore.warm_up`) and only then opens the
 port, so a client that reaches /health finds them compiled; /baseline's compile next, in the
@@ -33,7 +37,7 @@ from inferencegym_jax.server import contract, task_api
 from inferencegym_jax.server.core import ServerCore
 from inferencegym_jax.server.openenv_env import DEFAULT_EPISODE, DEFAULT_SEED, ENV_NAME, InferenceGymEnvironment
 from inferencegym_jax.server.routes import add_openenv_routes, build_router
-from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
+from inferencegym_jax.server.schemas import ServingObservation, body_models
 
 # Largest request body [bytes]: a grader log of core.MAX_LOG_INTERVALS records is ~1.5 MB.
 MAX_BODY_BYTES = 4 * 2**20
@@ -120,13 +124,14 @@ def build_app(core: ServerCore) -> FastAPI:
     def make_env() -> InferenceGymEnvironment:
         return InferenceGymEnvironment(core)
 
+    models = body_models(bool(core.day.task_ids))  # with the day tasks' fields when it serves them
     app = create_app(
         make_env,
-        ServingAction,
+        models.action,
         ServingObservation,
         env_name=ENV_NAME,
         max_concurrent_envs=core.store.max_sessions,
-        state_cls=ServingState,
+        state_cls=models.state,
     )
     add_openenv_routes(app, core, make_env)
     describe_stateless_step(app)
@@ -140,6 +145,7 @@ def build_app(core: ServerCore) -> FastAPI:
 
     async def stop_batcher() -> None:
         await core.batcher.stop()
+        core.day.close()
 
     app.router.on_startup.append(start_batcher)
     app.router.on_shutdown.append(stop_batcher)
@@ -155,7 +161,7 @@ def serve(task_ids: Sequence[str], host: str, port: int, max_sessions: int = 64,
     t0 = time.perf_counter()
     core = ServerCore(task_ids, max_sessions=max_sessions, batching=batching, checkpoints=checkpoints)
     core.warm_up()
-    print(f"inferencegym serve: {len(core.task_ids)} task(s) ready in {time.perf_counter() - t0:.0f} s "
+    print(f"inferencegym serve: {len(core.served_ids)} task(s) ready in {time.perf_counter() - t0:.0f} s "
           f"({core.warm_up_report}); "
           f"http://{host}:{port}  (OpenEnv: /ws /reset /step /state /health; sessions: /sessions; "
           f"/tasks /info /grader /baseline; live view: /view)", file=sys.stderr, flush=True)

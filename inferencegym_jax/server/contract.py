@@ -148,7 +148,8 @@ def task_id_schemas(core: ServerCore) -> tuple[dict[str, Any], dict[str, Any]]:
     """JSON Schemas of the task_ids this server resolves (tasks.resolve_id on a served task): in
     a JSON body (ids, numbers, numbers as digit strings) and in a query string (strings)."""
     numbers = sorted(n for n in tasks.task_versions() if tasks.newest_version(n) in core.task_ids)
-    strings: list[dict[str, Any]] = [{"type": "string", "enum": list(core.task_ids)}]
+    day_ids = [spelling for t in core.day.task_ids for spelling in (t, t.replace("-", "/", 1))]  # day_tasks.day_task_id
+    strings: list[dict[str, Any]] = [{"type": "string", "enum": list(core.task_ids) + day_ids}]
     if numbers:
         strings.append({"type": "string", "pattern": "^0*(" + "|".join(map(str, numbers)) + ")$"})
     body = {"anyOf": [*strings, {"type": "integer", "enum": numbers}] if numbers else strings}
@@ -167,8 +168,23 @@ def _patch_property(components: dict[str, Any], model: str, field: str, schema: 
         component["properties"][field] = {**new, **{k: old[k] for k in ("description", "default", "title") if k in old}}
 
 
+def day_examples(core: ServerCore) -> dict[str, list[dict[str, Any]]]:
+    """Request bodies of a server of day tasks only (the document's examples)."""
+    task = core.day.tasks[core.day.task_ids[0]]
+    action = {"replicas": 8, "routing": 0} if task.family == "fleet" else {"reserved": [4] * 24}
+    return {
+        "CreateSession": [{"task_id": task.id, "seed": 0}, {"task_id": task.id, "seed": 0, "day_split": "heldout"}],
+        "ResetSession": [{"seed": 0, "episode": 3}, {}],
+        "StepSession": [{"action": action}],
+        "OpenEnvReset": [{"seed": 0}, {"seed": 42, "episode": 3, "task_id": task.id}, {}],
+        "OpenEnvStep": [{"action": action}],
+    }
+
+
 def examples(core: ServerCore) -> dict[str, list[dict[str, Any]]]:
     """Request bodies that this server accepts, by schema (the document's examples)."""
+    if not core.task_ids:
+        return day_examples(core)
     task, policy = core.task_ids[0], core.pools[core.task_ids[0]].policy_names[0]
     knobs = {"batch_size": 64, "kv_budget": 0.8}
     return {
@@ -213,7 +229,7 @@ def install_openapi(app: FastAPI, core: ServerCore) -> None:
             _patch_property(components, model, "policy", {"anyOf": [{"type": "string", "enum": policies}]})
         for model in ("TaskBody", "OpenEnvReset", "CreateSession"):
             _patch_property(components, model, "index", {"anyOf": [
-                {"type": "integer", "minimum": 0, "maximum": TASKS_PER_SPLIT * len(core.task_ids) - 1}]})
+                {"type": "integer", "minimum": 0, "maximum": max(TASKS_PER_SPLIT * len(core.task_ids) - 1, 0)}]})
         for model, bodies in examples(core).items():
             components[model]["examples"] = bodies
         for parameter in doc["paths"].get("/baseline", {}).get("get", {}).get("parameters", []):

@@ -35,6 +35,8 @@ import numpy as np
 from inferencegym_jax import baselines, evaluate, graders, tasks, validation
 from inferencegym_jax.actions import KNOBS, ServingAction
 from inferencegym_jax.evaluate import Policy
+from inferencegym_jax.server import day_tasks
+from inferencegym_jax.server.day_sessions import DayCore
 from inferencegym_jax.server.pool import GIVEN_ACTION, TaskPool
 from inferencegym_jax.server.sessions import HELD_OUT, PLAIN, Batcher, EpisodeDone, Session, SessionStore
 from inferencegym_jax.traffic import sampling
@@ -216,7 +218,8 @@ class ServerCore:
     """Sessions and the stateless services of the server (module docstring).
 
     Args:
-      task_ids: the tasks served (ids, gymnasium ids or numbers; tasks.resolve_id).
+      task_ids: the tasks served (ids or numbers; tasks.resolve_id): serving tasks (`task_ids`), and fleet
+        and reservation tasks, whose sessions `day` runs (day_sessions.DayCore); `served_ids`: both, in order.
       max_sessions: sessions at once over all tasks (SessionStore), >= 1.
       batching: step concurrent sessions together (False: one program run per request).
       checkpoints: task id -> checkpoint folder whose trained policy sessions may step with
@@ -225,10 +228,13 @@ class ServerCore:
 
     def __init__(self, task_ids: Sequence[str], max_sessions: int = 64, batching: bool = True,
                  checkpoints: Mapping[str, str] | None = None):
-        ids = [tasks.resolve_id(t, key="--task ") for t in task_ids]
-        if not ids:
+        served = [day_tasks.day_task_id(t) or tasks.resolve_id(t, key="--task ") for t in task_ids]
+        if not served:
             raise ValueError("--task: serve at least one task")
-        self.task_ids = tuple(dict.fromkeys(ids))
+        self.served_ids = tuple(dict.fromkeys(served))  # every served task, serving and day, in order
+        self.task_ids = tuple(t for t in self.served_ids if day_tasks.day_task_id(t) is None)  # serving tasks
+        self.day = DayCore([t for t in self.served_ids if t not in self.task_ids], max_sessions)
+        self.default_task = self.served_ids[0]  # what a reset without task_id starts
         checkpoints = {tasks.resolve_id(t, key="--checkpoint task "): d for t, d in (checkpoints or {}).items()}
         for task_id in checkpoints:
             if task_id not in self.task_ids:
@@ -262,6 +268,7 @@ class ServerCore:
         compile next, in a background thread unless `baselines_in_background` is False; a
         /baseline waits for its task's. Heap memory compiling freed goes back to the system."""
         events = dict(_CACHE_EVENTS)
+        self.day.warm_up()  # the day tasks' adapter programs (day_sessions)
         for task_id, pool in self.pools.items():
             pool.warm_up()
             self.grade(task_id, [])  # the float32 program
@@ -308,11 +315,20 @@ class ServerCore:
             event.set()
 
     def resolve_task(self, task_id: Any) -> str:
-        """A served task's id; ValueError naming the served ones."""
+        """A served serving task's id; ValueError naming the served ones (or for a day task)."""
+        day = self.day.resolve(task_id, self.served_ids)
+        if day is not None:
+            raise ValueError(f"task_id={task_id!r}: a {self.day.tasks[day].family} task; this operation is for "
+                             f"the serving tasks {list(self.task_ids)}")
         resolved = tasks.resolve_id(task_id, key="task_id=")
         if resolved not in self.pools:
-            raise ValueError(f"task_id={task_id!r}: this server serves {list(self.task_ids)}")
+            raise ValueError(f"task_id={task_id!r}: this server serves {list(self.served_ids)}")
         return resolved
+
+    def resolve_any(self, task_id: Any) -> tuple[str, bool]:
+        """(id, is a day task) of a served task of either kind; ValueError naming the served ones."""
+        day = self.day.resolve(task_id, self.served_ids)
+        return (day, True) if day is not None else (self.resolve_task(task_id), False)
 
     # ------------------------------------------------------------------ sessions
 

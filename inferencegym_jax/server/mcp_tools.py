@@ -222,9 +222,23 @@ def _observed(host: ToolHost, obs: ServingObservation, session: Session) -> Tool
     return _result(content, observation_text(content))
 
 
+def _serving_task(core: ServerCore, task_id: Any) -> None:
+    """Refuse a fleet or reservation task (the tools play the serving tasks' knobs); any other
+    bad task id is the environment's to refuse."""
+    try:
+        target, day = core.resolve_any(core.default_task if task_id is None else task_id)
+    except ValueError:
+        return
+    if day:
+        raise refused(f"task_id={target!r} is a fleet or reservation task: the MCP tools play the serving tasks "
+                      f"{list(core.task_ids)}; play it over WS /ws or the /sessions routes")
+
+
 async def reset_episode(ctx: Context, task_id: TaskId = None, seed: Seed = None, episode: Episode = 0,
                         split: SplitName = None, index: Index = None) -> ToolResult:
     host = _host(ctx)
+    if split is None and index is None:
+        _serving_task(host.core, task_id)
     try:  # the environment checks the task, split and index before it touches its session
         obs = await host.reset_async(seed=seed, task_id=task_id, episode=episode, split=split, index=index)
     except (ValueError, HTTPException) as err:

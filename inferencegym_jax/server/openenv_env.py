@@ -21,6 +21,12 @@ fresh instance. The observation says so in its metadata (`started_metadata`; Ope
 {"episode_started": true, "task_id": ..., "seed": DEFAULT_SEED, "episode": 0}. A step in an
 episode already started has empty metadata.
 
+A fleet or reservation task (`day_tasks`) runs in a day session (`day_sessions`) instead:
+reset(task_id=..., seed, episode, day_split) and a step with its entries ({"replicas",
+"routing"} or {"reserved"}: the action model of a server serving day tasks has them,
+`schemas.body_models`) give a `schemas.DayObservation`, and the state is a `schemas.DayState`;
+the stateless step's default episode is then that task's when it is the first served.
+
 It is an OpenEnv `MCPEnvironment`: its FastMCP server (`mcp_tools.build_server`) has the tools an
 LLM agent plays with (reset_episode, observe, configure, step_interval, grade), which OpenEnv
 serves on `POST /mcp` and `WS /mcp`. They drive this environment's session through the same
@@ -41,7 +47,16 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from inferencegym_jax.server import mcp_tools
 from inferencegym_jax.server.core import ServerCore, StepResult
-from inferencegym_jax.server.schemas import ServingAction, ServingObservation, ServingState
+from inferencegym_jax.server.day_sessions import DayResult, DaySession, state_fields
+from inferencegym_jax.server.schemas import (
+    DAY_ACTION_FIELDS,
+    DayObservation,
+    DayState,
+    ServingAction,
+    ServingObservation,
+    ServingState,
+    day_values,
+)
 from inferencegym_jax.server.sessions import CapacityError, EpisodeDone, Session, SessionGone, SessionNotFound
 from inferencegym_jax.server.task_api import TaskProvider
 
@@ -51,7 +66,7 @@ DEFAULT_SEED = 0
 DEFAULT_EPISODE = 0
 
 
-def started_metadata(session: Session) -> dict[str, Any]:
+def started_metadata(session: Session | DaySession) -> dict[str, Any]:
     """The observation metadata of a step that started its episode (module docstring)."""
     return {"episode_started": True, "task_id": session.task_id, "seed": session.seed, "episode": session.episode}
 
@@ -72,10 +87,29 @@ def observation(result: StepResult, task_id: str, metadata: dict[str, Any] | Non
     )
 
 
-def state_of(session: Session | None) -> ServingState:
+def day_observation(result: DayResult, session: DaySession, metadata: dict[str, Any] | None = None
+                    ) -> DayObservation:
+    """The OpenEnv observation of a day session's reset or step, with `metadata` (default: none)."""
+    return DayObservation(fields=result.observation, vector=result.vector, info=result.info, reward=result.reward,
+                          done=result.done, terminated=result.terminated, truncated=result.truncated,
+                          step_count=result.step_count, task_id=session.task_id, family=session.family,
+                          metadata=metadata or {})
+
+
+def day_action(action: Any) -> dict[str, Any]:
+    """A day session's JSON action from an OpenEnv action: its day entries, and whatever else it
+    gives (knobs, a policy: day_tasks refuses them, naming them)."""
+    given = {**action.knobs(), "policy": action.policy}
+    given.update({k: getattr(action, k, None) for k in DAY_ACTION_FIELDS})
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def state_of(session: Session | DaySession | None) -> ServingState:
     """The OpenEnv state of a session (an empty state before the first reset)."""
     if session is None:
         return ServingState()
+    if isinstance(session, DaySession):
+        return DayState(**state_fields(session))
     return ServingState(episode_id=session.episode_id, step_count=session.step_count, task_id=session.task_id,
                         seed=session.seed, episode=session.episode, stream=session.stream,
                         horizon=session.horizon, done=session.done,
@@ -109,6 +143,7 @@ class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
     def __init__(self, core: ServerCore):
         self._core = core
         self._session: Session | None = None
+        self._day: DaySession | None = None  # a day task's session, when the episode is one (day_sessions)
         self._latest: ServingObservation | None = None
         self.knobs: dict[str, Any] = {}  # knob -> value the MCP tools configured (mcp_tools)
         super().__init__(mcp_tools.build_server(self))
@@ -141,69 +176,114 @@ class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
             self.knobs.clear()
         return obs
 
-    def _session_for(self, task_id: Any) -> Session:
-        with http_errors():
-            task = self._core.task_ids[0] if task_id is None else self._core.resolve_task(task_id)
-            if self._session is not None and (self._session.task_id != task or self._session.closed):
-                self._release()
-            if self._session is None:
-                self._session = self._core.store.create(task, pinned=True)
-        return self._session
+    @property
+    def current(self) -> Session | DaySession | None:
+        """The session this environment holds, of either kind (None before its first reset)."""
+        return self._session if self._session is not None else self._day
 
-    def _stepping(self) -> tuple[Session, bool]:
+    def _open(self, task_id: Any, day_split: str | None = None) -> Session | DaySession:
+        """The session a reset of `task_id` (None: the default task) runs in: this environment's,
+        or a new one of that task (the one held closed); a 422 for day_split on a serving task."""
+        with http_errors():
+            task, day = self._core.resolve_any(self._core.default_task if task_id is None else task_id)
+            if day_split is not None and not day:
+                raise ValueError(f"day_split={day_split!r}: for fleet and reservation tasks only ({task} is a "
+                                 "serving task)")
+            current = self.current
+            if current is not None and (current.task_id != task or current.closed):
+                self._release()
+            if self.current is None:
+                if day:
+                    self._day = self._core.day.store.create(task, pinned=True)
+                else:
+                    self._session = self._core.store.create(task, pinned=True)
+        session = self.current
+        assert session is not None
+        return session
+
+    def _stepping(self, action: Any) -> tuple[Session | DaySession, bool]:
         """The session a step runs in, and whether its episode must start first (none started:
-        the module docstring's stateless step)."""
-        if self._session is not None and self._session.started:
-            return self._session, False
-        return self._session_for(None if self._session is None else self._session.task_id), True
+        the module docstring's stateless step); the action checked against its task first."""
+        current = self.current
+        if current is not None and current.started:
+            session, start = current, False
+        else:
+            session, start = self._open(None if current is None else current.task_id), True
+        with http_errors():
+            if isinstance(session, DaySession):
+                self._core.day.tasks[session.task_id].action_vector(day_action(action))
+            elif day_values(action):
+                raise ValueError(f"action: {sorted(day_values(action))} are fleet or reservation entries; "
+                                 f"{session.task_id} takes knob values or a policy")
+        return session, start
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-                          episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
+                          episode: int = 0, split: str | None = None, index: int | None = None,
+                          day_split: str | None = None) -> Any:
         task_id, seed, episode, held_out = self.task_reset(split, index, task_id, seed, episode)  # a split's task
-        session = self._session_for(task_id)
+        session = self._open(task_id, day_split)
         with http_errors():
+            if isinstance(session, DaySession):
+                day = await self._core.day.reset(session, seed, episode, episode_id, day_split)
+                return day_observation(day, session)
             result = await self._core.reset(session, seed, episode, episode_id, held_out)
         return self._record(observation(result, session.task_id), reset=True)
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-              episode: int = 0, split: str | None = None, index: int | None = None) -> ServingObservation:
+              episode: int = 0, split: str | None = None, index: int | None = None,
+              day_split: str | None = None) -> Any:
         task_id, seed, episode, held_out = self.task_reset(split, index, task_id, seed, episode)  # a split's task
-        session = self._session_for(task_id)
+        session = self._open(task_id, day_split)
         with http_errors():
+            if isinstance(session, DaySession):
+                return day_observation(self._core.day.reset_now(session, seed, episode, episode_id, day_split),
+                                       session)
             result = self._core.reset_now(session, seed, episode, episode_id, held_out)
         return self._record(observation(result, session.task_id), reset=True)
 
     async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """One interval (ServingAction), or OpenEnv's MCP actions (ListToolsAction, CallToolAction)."""
+        """One interval (ServingAction), one step of a day task (its entries), or OpenEnv's MCP
+        actions (ListToolsAction, CallToolAction)."""
         if isinstance(action, (ListToolsAction, CallToolAction)):
             return await super().step_async(action, timeout_s=timeout_s, **kwargs)
-        session, start = self._stepping()
+        session, start = self._stepping(action)
+        metadata = started_metadata(session) if start else None
         with http_errors():
+            if isinstance(session, DaySession):
+                if start:
+                    await self._core.day.reset(session, DEFAULT_SEED, DEFAULT_EPISODE)
+                return day_observation(await self._core.day.step(session, day_action(action)), session, metadata)
             if start:
                 await self._core.reset(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = await self._core.step(session, action.knobs(), action.policy)
-        return self._record(observation(result, session.task_id, started_metadata(session) if start else None),
-                            reset=start)
+        return self._record(observation(result, session.task_id, metadata), reset=start)
 
-    def _step_impl(self, action: ServingAction, timeout_s: float | None = None, **kwargs: Any) -> ServingObservation:
-        """`step` of a ServingAction (MCPEnvironment.step routes MCP actions to the tools)."""
-        session, start = self._stepping()
+    def _step_impl(self, action: ServingAction, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """`step` of a ServingAction or a day task's (MCPEnvironment.step routes MCP actions to the tools)."""
+        session, start = self._stepping(action)
+        metadata = started_metadata(session) if start else None
         with http_errors():
+            if isinstance(session, DaySession):
+                if start:
+                    self._core.day.reset_now(session, DEFAULT_SEED, DEFAULT_EPISODE)
+                return day_observation(self._core.day.step_now(session, day_action(action)), session, metadata)
             if start:
                 self._core.reset_now(session, DEFAULT_SEED, DEFAULT_EPISODE)
             result = self._core.step_now(session, action.knobs(), action.policy)
-        return self._record(observation(result, session.task_id, started_metadata(session) if start else None),
-                            reset=start)
+        return self._record(observation(result, session.task_id, metadata), reset=start)
 
     @property
     def state(self) -> ServingState:
-        return state_of(self._session)
+        return state_of(self.current)
 
     def _release(self) -> None:
         """Close this environment's core session (its slot goes back to the pool)."""
         session, self._session, self._latest = self._session, None, None
         if session is not None and not session.closed:
             self._core.store.close(session.id)
+        day, self._day = self._day, None
+        if day is not None and not day.closed:
+            self._core.day.store.close(day.id)
 
     def close(self) -> None:
         """Close this environment's session and drop its MCP server and client."""
@@ -211,12 +291,13 @@ class InferenceGymEnvironment(TaskProvider, MCPEnvironment):
         super().close()
 
     def get_metadata(self) -> EnvironmentMetadata:
-        tasks = ", ".join(self._core.task_ids)
+        tasks = ", ".join(self._core.served_ids)
         return EnvironmentMetadata(
             name=ENV_NAME,
             description=f"LLM inference-serving control (JAX simulator), tasks {tasks}; "
                         "reset(seed, episode, task_id) or reset(split, index) (test: the held-out evaluation "
-                        "episodes), step(knob values or a server policy); MCP tools "
+                        "episodes), step(knob values or a server policy; a fleet task's replicas and routing, a "
+                        "reservation task's reserved); MCP tools (serving tasks) "
                         f"for LLM agents on /mcp: {', '.join(mcp_tools.TOOL_NAMES)}",
             version=_version(),
         )

@@ -13,6 +13,8 @@ Every 4xx body is `ErrorResponse`: FastAPI's `{"detail": [{"loc", "msg", "type"}
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import typing
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -299,3 +301,97 @@ class OpenEnvStep(BaseModel):
     timeout_s: float | None = Field(None, gt=0, allow_inf_nan=False, strict=True,
                                     description="[s] OpenEnv's action timeout (a step takes milliseconds)")
     request_id: str | None = Field(None, max_length=255, strict=True, description="a label for the request")
+
+
+# ----------------------------------------------------------------------------- the day tasks' messages
+#
+# A server that serves day tasks (server.day_tasks: fleet and reservation) takes their actions and
+# day_split in the same bodies: its models are the ones above plus the fields below, under the
+# same names (so the OpenAPI document's patches and examples find them); a server of serving
+# tasks only keeps the models above, unchanged (`body_models`).
+
+DaySplit = Literal["train", "heldout"]
+DAY_SPLIT_DOC = ("fleet and reservation tasks only: the split of days (reservation) or episode windows (fleet) "
+                 "the episode comes from, ig.make(task_id, split=...); omitted or null: train")
+HOURS_PER_DAY = 24  # entries of a reservation action (fleet.reservation_day.HOURS_PER_DAY)
+
+
+def _day_action_fields() -> dict[str, Any]:
+    """The day tasks' action entries (server.day_tasks; ranges per task: GET /tasks)."""
+    return {
+        "replicas": (int | None, Field(None, strict=True, description=(
+            "fleet tasks: [replicas] target replicas, in [0, R] (Fleet1: 16; GET /tasks)"))),
+        "routing": (int | None, Field(None, strict=True, description=(
+            "fleet tasks: routing rule, 0 least_loaded or 1 even"))),
+        "reserved": (list[int] | None, Field(None, max_length=HOURS_PER_DAY, strict=True, description=(
+            f"reservation tasks: [replicas] reserved for each of the next day's {HOURS_PER_DAY} hours, each in "
+            "[0, max_reserved] (Reserve1: 32; GET /tasks)"))),
+    }
+
+
+DAY_ACTION_FIELDS = tuple(_day_action_fields())
+
+
+def day_values(action: BaseModel) -> dict[str, Any]:
+    """The day-task entries an action model gives (not null), {} for a serving action."""
+    return {k: getattr(action, k) for k in DAY_ACTION_FIELDS if getattr(action, k, None) is not None}
+
+
+class DayObservation(Observation):
+    """What the agent sees after a reset or a step of a fleet or reservation task
+    (server.day_sessions.DayResult): the flat observation, its entries by name (GET /info lists
+    their units per task), the adapter's info, and its two flags."""
+
+    fields: dict[str, Any] = Field(default_factory=dict, description="the observation's entries by name")
+    vector: list[float] = Field(default_factory=list, description="the gymnasium adapter's flat float32 observation")
+    info: dict[str, Any] = Field(default_factory=dict, description="the gymnasium adapter's info (totals, "
+                                                                   "reward_components, ...)")
+    terminated: bool = Field(False, description="the adapter's terminated (reservation: the last commitment)")
+    truncated: bool = Field(False, description="the adapter's truncated (fleet: the horizon's last interval)")
+    step_count: int = Field(0, description="[steps] stepped in the episode")
+    task_id: str = Field("", description="the task of the episode")
+    family: str = Field("", description="fleet or reservation")
+
+
+class DayState(ServingState):
+    """A session's episode (ServingState), with a day task's family and split."""
+
+    family: str = Field("", description="serving (empty), fleet or reservation")
+    day_split: str = Field("", description="a day task's split: train or heldout (empty for serving tasks)")
+
+
+@dataclasses.dataclass(frozen=True)
+class BodyModels:
+    """The request models of a server (`body_models`)."""
+
+    action: type[ServingAction]
+    create: type[CreateSession]
+    reset: type[ResetSession]
+    step: type[StepSession]
+    openenv_reset: type[OpenEnvReset]
+    openenv_step: type[OpenEnvStep]
+    state: type[ServingState]
+
+
+@functools.cache
+def body_models(day: bool) -> BodyModels:
+    """The request models of a server of serving tasks only (day False: the classes above) or
+    of one serving day tasks too (their day fields added, same names)."""
+    if not day:
+        return BodyModels(ServingAction, CreateSession, ResetSession, StepSession, OpenEnvReset, OpenEnvStep,
+                          ServingState)
+    split: Any = (DaySplit | None, Field(None, description=DAY_SPLIT_DOC))
+    action = pydantic.create_model("ServingAction", __base__=ServingAction, __doc__=(
+        (ServingAction.__doc__ or "") + "\nFleet and reservation tasks take their entries instead: replicas and "
+        "routing, or reserved (GET /tasks)."), **_day_action_fields())
+    values = pydantic.create_model("KnobValues", __base__=KnobValues, **_day_action_fields())
+    nullable: Any = values | SkipJsonSchema[None]  # type: ignore[misc]  # a model made at run time
+    step = pydantic.create_model("StepSession", __base__=StepSession, action=(
+        nullable, Field(None, description="knob values (omitted knobs take the task "
+                                                                "default), or a fleet or reservation task's entries")))
+    openenv_step = pydantic.create_model("OpenEnvStep", __base__=OpenEnvStep, action=(
+        action, Field(..., description="knob values, a server policy, or a fleet or reservation task's entries")))
+    return BodyModels(
+        action, pydantic.create_model("CreateSession", __base__=CreateSession, day_split=split),
+        pydantic.create_model("ResetSession", __base__=ResetSession, day_split=split), step,
+        pydantic.create_model("OpenEnvReset", __base__=OpenEnvReset, day_split=split), openenv_step, DayState)

@@ -68,6 +68,9 @@ def split_size(core: ServerCore, split: str, loc: list[str | int]) -> int:
 def task_spec(core: ServerCore, split: str, index: int, loc: list[str | int]) -> dict[str, Any]:
     """Task spec `index` of `split` (module docstring); a 422 at `loc` (+ "index") out of range."""
     size = split_size(core, split, loc)
+    if size == 0:
+        raise invalid([*loc[:-1], "index"], f"index={index!r}: split {split!r} is empty (its episodes are the "
+                                            "serving tasks', and this server serves none)")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < size:
         raise invalid([*loc[:-1], "index"], f"index={index!r}: split {split!r} holds tasks 0..{size - 1}")
     seed, stream = SPLITS[split]

@@ -1,0 +1,303 @@
+"""Sessions of the day tasks (`day_tasks`: fleet and reservation), beside the serving sessions.
+
+A serving session is a slot of a task's vmapped device pool (`pool`, `sessions`); a day session
+holds one gymnasium adapter env of its own (`interop.fleet_gym.FleetGymnasiumEnv` or
+`interop.reservation_gym.ReservationGymnasiumEnv`), so its episode is the adapter's, reward for
+reward, and its programs are the adapter's: jitted with the task's env static and its params an
+argument, compiled once per task and split, whatever the number of sessions (`DayCore.warm_up`
+compiles them before the port opens). A fleet step is one jitted call (~13 ms on 2 CPU cores),
+a reservation step one (~1 ms); they run one at a time on a worker thread of their own, off the
+event loop.
+
+`DayStore` holds at most `max_sessions` day sessions (a bound of their own, apart from the
+serving sessions'), with `sessions.SessionStore`'s conventions: creating one more evicts the
+least recently used one that no WebSocket holds (its id then answers `SessionGone`, HTTP 410, for
+the last GONE_MEMORY evicted ids), or raises `CapacityError` (503) when every one is held.
+
+Episodes: `reset(seed, episode, day_split)` starts episode `episode` of the key stream
+jax.random.key(seed) of split `day_split` ("train" or "heldout", the task's days or windows:
+`ig.make(task_id, split=...)`), exactly as the adapter's `reset(options={"key":
+jax.random.key(seed), "episode": episode})` does (and, for episode 0, `reset(seed=seed)`). A step
+after the horizon (fleet: 1,440 intervals; reservation: its decision days) raises `EpisodeDone`
+(409); a refused action (`day_tasks.ActionError`, 422) leaves the episode as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import secrets
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import jax
+import numpy as np
+
+from inferencegym_jax.server.day_tasks import DAY_SPLITS, ActionError, DayTask, check_split, day_task_id
+from inferencegym_jax.server.sessions import GONE_MEMORY, CapacityError, EpisodeDone, SessionGone, SessionNotFound
+from inferencegym_jax.traffic import sampling
+
+MAX_SEED = sampling.MAX_SEED
+MAX_EPISODE = 2**31 - 1  # the adapters' options["episode"] bound (gym_host.check_options)
+
+
+@dataclasses.dataclass
+class DayResult:
+    """The outcome of a reset or a step of a day session (host side, Python numbers).
+
+    Attributes:
+      observation: entry -> value of the flat observation, by name (day_tasks.DayTask.named).
+      vector: the adapter's flat float32 observation, as floats (obs_size,).
+      reward: the step's reward <= 0 (None after a reset).
+      terminated, truncated: the adapter's flags (fleet: truncated at the horizon; reservation:
+        terminated on the last commitment).
+      done: the episode reached its horizon (a step now raises EpisodeDone).
+      info: the adapter's info (JSON-safe; the reset's start_minute for a fleet, else {}).
+      step_count: [steps] stepped in the episode.
+    """
+
+    observation: dict[str, Any]
+    vector: list[float]
+    reward: float | None
+    terminated: bool
+    truncated: bool
+    done: bool
+    info: dict[str, Any]
+    step_count: int
+
+
+@dataclasses.dataclass
+class DaySession:
+    """One episode of a day task (host-side bookkeeping; `sessions.Session`'s fields, plus its
+    adapter env and split).
+
+    Attributes:
+      id: the session id (URL-safe, 22 characters); task_id, family: its task (day_tasks).
+      pinned: held by a WebSocket connection (never evicted); started, closed: as Session's.
+      env: the adapter env (None until the first reset); split: the split it runs ("train", "heldout").
+      seed: [0, 2**32 - 1] of the episode's key stream; episode: the episode of that stream.
+      episode_id: a label the client chose (or the session id).
+      step_count: [steps] stepped; horizon: [steps] per episode; done: the horizon was reached.
+      cumulative_reward: sum of the episode's rewards.
+      log: one record per step: {"reward": float, **the step's info}.
+      last_used: time.monotonic() of the last request; lock: held while an operation runs.
+    """
+
+    id: str
+    task_id: str
+    family: str
+    pinned: bool
+    env: Any = None
+    split: str = "train"
+    started: bool = False
+    closed: bool = False
+    seed: int = 0
+    episode: int = 0
+    episode_id: str = ""
+    step_count: int = 0
+    horizon: int = 0
+    done: bool = False
+    cumulative_reward: float = 0.0
+    log: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    last_used: float = dataclasses.field(default_factory=time.monotonic)
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
+
+
+class DayStore:
+    """At most `max_sessions` day sessions (module docstring: eviction)."""
+
+    def __init__(self, tasks: Mapping[str, DayTask], max_sessions: int):
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions={max_sessions} must be >= 1")
+        self.tasks = tasks
+        self.max_sessions = max_sessions
+        self._sessions: collections.OrderedDict[str, DaySession] = collections.OrderedDict()
+        self._gone: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def create(self, task_id: str, pinned: bool = False) -> DaySession:
+        """A new session of `task_id` (evicting the least recently used unpinned one when full)."""
+        task = self.tasks[task_id]
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                self._evict_one()
+            session = DaySession(id=secrets.token_urlsafe(16), task_id=task_id, family=task.family, pinned=pinned,
+                                 horizon=task.horizon("train"))
+            self._sessions[session.id] = session
+            return session
+
+    def _evict_one(self) -> None:
+        for sid, session in self._sessions.items():  # oldest first
+            if not session.pinned:
+                self._drop(sid)
+                self._gone[sid] = None
+                while len(self._gone) > GONE_MEMORY:
+                    self._gone.popitem(last=False)
+                self.evictions += 1
+                return
+        raise CapacityError(f"all {len(self._sessions)} day-task sessions are held by open connections "
+                            f"(--max-sessions {self.max_sessions}); close one or raise the limit")
+
+    def _drop(self, sid: str) -> None:
+        session = self._sessions.pop(sid)
+        session.closed = True
+        session.env = None  # its device state goes with it
+
+    def has(self, sid: str) -> bool:
+        """Whether `sid` is an open day session or one evicted recently (so `get` answers for it)."""
+        with self._lock:
+            return sid in self._sessions or sid in self._gone
+
+    def get(self, sid: str) -> DaySession:
+        """The session `sid`, marked most recently used; SessionGone / SessionNotFound."""
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is None:
+                if sid in self._gone:
+                    raise SessionGone(f"session {sid!r} was evicted (the least recently used of "
+                                      f"{self.max_sessions} day-task sessions) to make room for a new one")
+                raise SessionNotFound(f"no session {sid!r} (unknown or closed)")
+            self._sessions.move_to_end(sid)
+            session.last_used = time.monotonic()
+            return session
+
+    def close(self, sid: str) -> None:
+        """Close a session; SessionGone / SessionNotFound as `get`."""
+        self.get(sid)
+        with self._lock:
+            self._drop(sid)
+
+
+def _check_episode(seed: int | None, episode: Any) -> tuple[int, int]:
+    """(seed, episode) of a reset: a fresh random seed for None; ValueError naming a bad one."""
+    seed = secrets.randbelow(MAX_SEED + 1) if seed is None else sampling.check_seed(seed)
+    if isinstance(episode, bool) or not isinstance(episode, int) or not 0 <= episode <= MAX_EPISODE:
+        raise ValueError(f"episode={episode!r}: must be an integer in [0, {MAX_EPISODE}]")
+    return seed, episode
+
+
+class DayCore:
+    """The day tasks' sessions (module docstring).
+
+    Args:
+      task_ids: the day task ids served (day_tasks.day_task_id's); may be empty.
+      max_sessions: day sessions at once, >= 1.
+    """
+
+    def __init__(self, task_ids: Sequence[str], max_sessions: int = 64):
+        self.task_ids = tuple(dict.fromkeys(task_ids))
+        self.tasks = {t: DayTask.load(t) for t in self.task_ids}
+        self.store = DayStore(self.tasks, max_sessions)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferencegym-day")
+        self.steps = 0
+
+    def resolve(self, task: Any, served: Sequence[str]) -> str | None:
+        """The id of a served day task `task` names; None when it names no day task; ValueError
+        naming the `served` tasks for a day task not served."""
+        day = day_task_id(task)
+        if day is not None and day not in self.tasks:
+            raise ValueError(f"task_id={task!r}: this server serves {list(served)}")
+        return day
+
+    def warm_up(self) -> None:
+        """Compile every program a session runs: the adapter's reset and step of each task and
+        split (an episode of each, one step; a fleet step compiles in ~17 s on 2 cores, ~1.5 s
+        from JAX's persistent compilation cache)."""
+        for task in self.tasks.values():
+            for split in DAY_SPLITS:
+                env = task.make_env(split)
+                env.reset(seed=0)
+                env.step(np.zeros(task.nvec.shape, np.int64))
+
+    # ------------------------------------------------------------------ operations
+
+    def _reset_op(self, session: DaySession, seed: int | None, episode: int, episode_id: str | None,
+                  split: str | None) -> DayResult:
+        seed, episode = _check_episode(seed, episode)
+        split = check_split(split)
+        task = self.tasks[session.task_id]
+        if session.closed:
+            raise SessionGone(f"session {session.id!r} was closed")
+        if session.env is None or session.split != split:
+            session.env, session.split = task.make_env(split), split
+        obs, info = session.env.reset(options={"key": jax.random.key(seed), "episode": episode})
+        session.seed, session.episode, session.episode_id = seed, episode, episode_id or session.id
+        session.started, session.step_count, session.done, session.cumulative_reward = True, 0, False, 0.0
+        session.horizon, session.log = task.horizon(split), []
+        return DayResult(task.named(obs), np.asarray(obs, np.float64).tolist(), None, False, False, False,
+                         dict(info), 0)
+
+    def _step_op(self, session: DaySession, action: Mapping[str, Any]) -> DayResult:
+        if session.closed:
+            raise SessionGone(f"session {session.id!r} was closed")
+        if not session.started:
+            raise EpisodeDone(f"session {session.id}: reset it before stepping")
+        if session.done:
+            raise EpisodeDone(f"session {session.id}: the episode ended after {session.step_count} steps; "
+                              "reset it to start another")
+        task = self.tasks[session.task_id]
+        vector = task.action_vector(action)
+        try:
+            obs, reward, terminated, truncated, info = session.env.step(vector)
+        except ValueError as err:  # the adapter's range check: nothing advanced
+            raise ActionError(task.locate(vector), str(err)) from None
+        self.steps += 1
+        session.step_count += 1
+        session.done = bool(terminated or truncated) or session.step_count >= session.horizon
+        session.cumulative_reward += reward
+        session.log.append({"reward": reward, **info})
+        return DayResult(task.named(obs), np.asarray(obs, np.float64).tolist(), reward, bool(terminated),
+                         bool(truncated), session.done, info, session.step_count)
+
+    async def reset(self, session: DaySession, seed: int | None = None, episode: int = 0,
+                    episode_id: str | None = None, split: str | None = None) -> DayResult:
+        """Start episode `episode` of seed `seed`'s stream of `split` in `session` (module
+        docstring; seed None: a fresh random seed, kept in the session)."""
+        async with session.lock:
+            return await asyncio.get_running_loop().run_in_executor(
+                self._executor, self._reset_op, session, seed, episode, episode_id, split)
+
+    async def step(self, session: DaySession, action: Mapping[str, Any]) -> DayResult:
+        """One step with `action` (day_tasks' JSON action); ActionError, EpisodeDone."""
+        async with session.lock:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, self._step_op, session, action)
+
+    def reset_now(self, session: DaySession, seed: int | None = None, episode: int = 0,
+                  episode_id: str | None = None, split: str | None = None) -> DayResult:
+        """`reset` on the calling thread (no event loop)."""
+        return self._reset_op(session, seed, episode, episode_id, split)
+
+    def step_now(self, session: DaySession, action: Mapping[str, Any]) -> DayResult:
+        """`step` on the calling thread (no event loop)."""
+        return self._step_op(session, action)
+
+    def close(self) -> None:
+        """Stop the worker thread (pending operations are dropped)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ descriptions
+
+    @property
+    def task_table(self) -> list[dict[str, Any]]:
+        """GET /tasks' day_tasks: one row per served day task (day_tasks.DayTask.row)."""
+        return [task.row() for task in self.tasks.values()]
+
+    def info(self) -> dict[str, Any]:
+        """GET /info's day_tasks: task id -> action, observation fields with units, reward."""
+        return {task_id: task.info() for task_id, task in self.tasks.items()}
+
+
+def state_fields(session: DaySession) -> dict[str, Any]:
+    """A day session's state (schemas.DayState's fields)."""
+    return {"episode_id": session.episode_id, "step_count": session.step_count, "task_id": session.task_id,
+            "seed": session.seed, "episode": session.episode, "stream": "plain", "horizon": session.horizon,
+            "done": session.done, "cumulative_reward": session.cumulative_reward, "family": session.family,
+            "day_split": session.split}
