@@ -5,8 +5,13 @@ share s of the traffic receives s times every per-class sum: count, prompt and o
 squared prompt tokens, and the rate. A per-request shape (`Arrivals.prompt_strata`, the prompt
 length at each stratum relative to the mean) is the same for every replica; the strata the mixed
 engine derives from the sums (`strata.strata_of_sums`) are unchanged by a common factor too.
-This is the expected-value split of independent (Bernoulli) routing, which thins a Poisson stream
-into Poisson streams of the shares' rates.
+This is the expected value of independent (Bernoulli) routing, not its distribution: Bernoulli
+routing thins a Poisson stream of rate L into Poisson streams of rates s L (variance s L), while
+this split gives each replica s times the fleet's realised count (variance s^2 L) and every long
+prompt as s of a prompt. A fleet of N equal replicas so sees N times less burstiness per replica
+than whole-request routing would give it; with the engine's per-interval TPOT check (a prefill
+that slows an interval past the SLO turns that interval's decodes late: `serving.goodput`), this
+makes pooling look far stronger than it is (docs/FLEET.md, "What the fleet's pooling rests on").
 
 Two rules give the weights:
   `route` with caller weights (float32 (R,), >= 0): renormalised over the receiving replicas.
