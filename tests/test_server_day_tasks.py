@@ -1,17 +1,21 @@
 """The server's fleet and reservation tasks (server.day_tasks, server.day_sessions): episodes over
 the HTTP session API and OpenEnv's routes are the gymnasium adapters' and plain JAX's, reward for
 reward; refused actions are 422s naming the entry and its range and change nothing; day sessions
-are bounded like the serving ones.
+are bounded like the serving ones; GET /baseline gives the library's held-out tables.
 
 The fast tests run the app in process (FastAPI's TestClient) over a server of the reservation task
-(its programs compile in seconds); the slow one starts `inferencegym serve` with both day tasks on a
-127.0.0.1 port and plays them with OpenEnv's own client (a fleet step's program compiles in ~17 s
-on 2 cores, once per split, unless JAX's compilation cache holds it).
+(its programs compile in seconds; its /baseline programs in the warm-up's background thread, ~14 s
+cold on 2 busy cores, which the /baseline test's fixture waits for); the slow ones start
+`inferencegym serve` with both day tasks on a 127.0.0.1 port and play them with OpenEnv's own
+client (a fleet step's program compiles in ~17 s on 2 cores, once per split, unless JAX's
+compilation cache holds it), and compare a fleet /baseline with fleet.evaluate.graded_table
+(minutes: 8 held-out days per baseline, twice).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import signal
@@ -33,8 +37,13 @@ from openenv.core.generic_client import GenericEnvClient  # noqa: E402
 from served import _free_port  # noqa: E402 (tests/served.py)
 
 import inferencegym_jax as ig  # noqa: E402
-from inferencegym_jax import tasks  # noqa: E402
+from inferencegym_jax import evaluate, tasks  # noqa: E402
 from inferencegym_jax.cli.serve_command import served_task  # noqa: E402
+from inferencegym_jax.fleet.baselines import fleet_baselines  # noqa: E402
+from inferencegym_jax.fleet.evaluate import graded_table  # noqa: E402
+from inferencegym_jax.fleet.reservation_baselines import reservation_baselines, reservation_table  # noqa: E402
+from inferencegym_jax.fleet.reservation_tasks import make_reservation  # noqa: E402
+from inferencegym_jax.fleet.tasks import make_fleet  # noqa: E402
 from inferencegym_jax.interop.fleet_gym import FleetGymnasiumEnv  # noqa: E402
 from inferencegym_jax.interop.reservation_gym import ReservationGymnasiumEnv  # noqa: E402
 from inferencegym_jax.server.app import build_app  # noqa: E402
@@ -50,11 +59,26 @@ COMMITMENTS = [[4] * 24, [2] * 12 + [9] * 12, [0] * 24, [32] * 24]
 
 
 @pytest.fixture(scope="module")
-def client():
+def core():
+    """A server of Reserve1, warmed up: its /baseline programs compile in the background."""
     core = ServerCore([RESERVE], max_sessions=MAX_SESSIONS)
     core.warm_up()
+    return core
+
+
+@pytest.fixture(scope="module")
+def client(core):
     with TestClient(build_app(core)) as c:
         yield c
+
+
+@pytest.fixture
+def baselines_warm(core):
+    """Wait for the server's background compilation of Reserve1's /baseline programs (7, one per
+    baseline: ~14 s on 2 busy cores from a cold JAX compilation cache, ~5 s from a warm one), as a
+    /baseline would: server start-up, not the request."""
+    for event in core.day.baselines_warm.values():
+        assert event.wait(timeout=300)
 
 
 def adapter_rewards(seed: int, actions, split: str = "train", episode: int = 0) -> list[float]:
@@ -133,8 +157,6 @@ def test_bad_task_seed_split_and_serving_only_operations_are_422s(client):
         assert r.status_code == 422 and r.json()["detail"][0]["loc"] == loc and message in r.text, r.text
     graded = client.post("/grader", json={"task_id": RESERVE, "intervals": []})
     assert graded.status_code == 422 and "reservation task" in graded.text, graded.text
-    base = client.get("/baseline", params={"task_id": RESERVE})
-    assert base.status_code == 422 and "reservation task" in base.text, base.text
     sid = client.post("/sessions", json={"task_id": RESERVE, "seed": 0}).json()["session_id"]
     policy = client.post(f"/sessions/{sid}/step", json={"policy": "heuristic"})
     assert policy.status_code == 422 and policy.json()["detail"][0]["loc"] == ["body", "policy"], policy.text
@@ -173,6 +195,53 @@ def test_day_sessions_are_bounded_least_recently_used_first(client):
         store.create(RESERVE)
     store.close(pinned[0].id)
     assert store.create(RESERVE).task_id == RESERVE and store.evictions == 0
+
+
+def as_json_rows(table) -> list[dict]:
+    """A library table's rows as /baseline gives them (NaN: null)."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+            for row in table.reset_index().to_dict(orient="records")]
+
+
+def test_baseline_of_the_reservation_task_is_the_librarys_heldout_table(client, baselines_warm):
+    """GET /baseline on Reserve1: the rows of reservation_table on the held-out services
+    (make_reservation(split="heldout"), its baselines, evaluation_key(seed), the same episodes),
+    equal numbers; by default seed 0 and 16 episodes (what the warm-up ran), other services; the
+    same request answers the same."""
+    env, params = make_reservation(RESERVE, split="heldout")
+    body = client.get("/baseline", params={"task_id": RESERVE, "seed": 5, "episodes": 16}).json()
+    assert body["family"] == "reservation" and body["split"] == "heldout" and body["episodes"] == 16, body
+    table, _ = reservation_table(env, params, reservation_baselines(env, params), evaluate.evaluation_key(5), 16)
+    assert body["policies"] == as_json_rows(table)
+    assert [row["policy"] for row in body["policies"]][:2] == ["week_peak", "on_demand_only"]
+    assert body["policies"][0]["d_J_vs_week_peak"] is None and body["policies"][-1]["score"] == 1.0  # NaN: null
+    default = client.get("/baseline", params={"task_id": RESERVE}).json()
+    assert default["seed"] == 0 and default["episodes"] == 16 and default["policies"] != body["policies"]
+    assert client.get("/baseline", params={"task_id": RESERVE, "seed": 5, "episodes": 16}).json() == body
+
+
+@pytest.mark.parametrize("task_id, query, loc, message", [
+    (RESERVE, {"episodes": 65}, ["query", "episodes"], r"episodes=65: must be an integer in \[1, 64\]"),
+    (RESERVE, {"episodes": 0}, ["query", "episodes"], "greater than or equal to 1"),
+    (RESERVE, {"episodes": 257}, ["query", "episodes"], "less than or equal to 256"),
+    (RESERVE, {"seed": -1}, ["query", "seed"], "greater than or equal to 0"),
+    (RESERVE, {"seed": 2**32}, ["query", "seed"], "less than or equal to 4294967295"),
+    (FLEET, {"episodes": 9}, ["query", "episodes"], r"episodes=9: must be an integer in \[1, 8\] for fleet task"),
+])
+def test_bad_baseline_queries_of_day_tasks_are_422s_naming_the_parameter(unwarmed, task_id, query, loc, message):
+    """Per family: a fleet's episodes at most 8, a reservation task's 64 (refused before any
+    program runs: this server of both is never warmed up)."""
+    r = unwarmed.get("/baseline", params={"task_id": task_id, **query})
+    assert r.status_code == 422, r.text
+    (detail,) = r.json()["detail"]
+    assert detail["loc"] == loc and re.search(message, detail["msg"]), detail
+
+
+@pytest.fixture(scope="module")
+def unwarmed():
+    """A server of both day tasks, not warmed up (nothing compiled: requests that run programs would)."""
+    with TestClient(build_app(ServerCore([RESERVE, FLEET]))) as c:
+        yield c
 
 
 def test_serve_takes_fleet_and_reservation_ids():
@@ -276,3 +345,24 @@ def test_served_day_tasks_over_http_and_openenvs_client(tmp_path):
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     assert "Traceback" not in (tmp_path / "serve.err").read_text()
+
+
+@pytest.mark.slow  # 8 held-out days per fleet baseline, twice (the server's, the library's): ~10 min on 2 busy cores
+def test_baseline_of_the_fleet_task_is_graded_tables():
+    """GET /baseline on Fleet1 with 1 episode: fleet.evaluate.graded_table's rows on the held-out days
+    (make_fleet(split="heldout"), fleet_baselines, evaluation_key(seed)), equal numbers; 8 episodes
+    of the same seed come from the runs the server kept: static_for_peak 0, the oracle 1."""
+    env, params = make_fleet(FLEET, split="heldout")
+    with TestClient(build_app(ServerCore([FLEET]))) as c:
+        one = c.get("/baseline", params={"task_id": FLEET, "seed": 2, "episodes": 1})
+        assert one.status_code == 200, one.text
+        start = time.monotonic()
+        eight = c.get("/baseline", params={"task_id": FLEET, "seed": 2}).json()
+        kept_s = time.monotonic() - start
+    expected = as_json_rows(graded_table(env, params, fleet_baselines(env, params), evaluate.evaluation_key(2), 1)[0])
+    assert one.json()["policies"] == expected and one.json()["family"] == "fleet"
+    assert [row["policy"] for row in expected] == ["static_for_peak", "hpa", "forecast", "oracle (clairvoyant bound)",
+                                                   "oracle_pooled"]
+    assert eight["episodes"] == 8 and [row["episodes"] for row in eight["policies"]] == [8] * 5
+    assert eight["policies"][0]["score"] == 0.0 and eight["policies"][3]["score"] == 1.0
+    assert kept_s < 10, kept_s  # no fleet ran again (a run of the 5 baselines takes minutes)

@@ -6,8 +6,9 @@ environment (`openenv_env`, one session per WebSocket, pinned) and the HTTP sess
 (`routes`, sessions by id, evicted least recently used). `warm_up` compiles every program a
 session or /grader request can run (the pool programs, each task's grader in float32 and
 float64), so none of them compiles; each baseline's evaluation compiles right after, in the
-background (a /baseline waits for its task's), so that a restart from JAX's persistent
-compilation cache opens the port in seconds (BENCHMARKS.md, "Server start-up and memory").
+background (a /baseline waits for its task's; then the day tasks', DayCore.baseline), so that a
+restart from JAX's persistent compilation cache opens the port in seconds (BENCHMARKS.md, "Server
+start-up and memory").
 
 A step's result (`StepResult`) gives the observation in its fields' units, the reward and its
 components, the interval's serving metrics, the knobs applied and which of them were clipped
@@ -23,7 +24,6 @@ import ctypes
 import dataclasses
 import functools
 import itertools
-import math
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -51,7 +51,8 @@ FLOAT32_SAFE_TOTAL = float(np.finfo(np.float32).max) / 4
 FLOAT64_SCALE_ABOVE = 1e300
 # /baseline evaluates this many episodes per jitted call, so every episode count shares a program.
 BASELINE_BATCH = evaluate.BATCH_MULTIPLE
-MAX_BASELINE_EPISODES = 256
+# /baseline's episodes of a serving task: at most, and without `episodes` (a day task's: day_tasks.BASELINE_EPISODES).
+MAX_BASELINE_EPISODES, DEFAULT_BASELINE_EPISODES = 256, 16
 MAX_SEED = sampling.MAX_SEED
 # Name of the policy a checkpoint given to `serve` adds.
 CHECKPOINT_POLICY = "ppo"
@@ -84,11 +85,8 @@ class StepResult:
 
 def log_record(row: Mapping[str, Any]) -> dict[str, Any]:
     """The grader's record of one interval (schemas.IntervalRecord's fields) from a pool row."""
-    return {
-        "metrics": {name: row["metrics"][name] for name in graders.METRIC_FIELDS},
-        "action": dict(zip(KNOBS, row["applied"])),
-        "offered_tokens": row["offered_tokens"],
-    }
+    return {"metrics": {name: row["metrics"][name] for name in graders.METRIC_FIELDS},
+            "action": dict(zip(KNOBS, row["applied"])), "offered_tokens": row["offered_tokens"]}
 
 
 # JAX's compilation-cache events (jax.monitoring), counted for ServerCore.warm_up_report.
@@ -99,8 +97,7 @@ jax.monitoring.register_event_listener(
 
 
 def _release_freed_memory() -> None:
-    """Hand the heap memory that compiling freed back to the system (glibc's malloc_trim: ~5-10 %
-    of the RSS after warm-up); nothing where the C library has no malloc_trim."""
+    """Give back the heap memory compiling freed (glibc's malloc_trim, if any: ~5-10 % of RSS after warm-up)."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
@@ -279,7 +276,7 @@ class ServerCore:
         self.warm_up_report = (f"{asked - loaded} programs compiled, {loaded} loaded from JAX's compilation cache"
                                if asked else "JAX's compilation cache is off: every program compiled")
         if baselines_in_background:
-            for event in self._baselines_warm.values():
+            for event in [*self._baselines_warm.values(), *self.day.baselines_warm.values()]:
                 event.clear()
             self._warm_thread = threading.Thread(target=self._warm_baselines, name="warm-baselines", daemon=True)
             self._warm_thread.start()
@@ -290,28 +287,31 @@ class ServerCore:
         self.ready = True
 
     def _warm_baselines(self) -> None:
-        """Compile /baseline's programs, task by task and policy by policy: one episode (graded
-        alone) and a batch (`_evaluate_bounded`). Stops between programs once the process exits."""
+        """Compile /baseline's programs, task by task and policy by policy: one episode (graded alone)
+        and a batch (`_evaluate_bounded`); then the day tasks'. Stops between programs at exit."""
         key = evaluate.evaluation_key(0)
-        for task_id, warm in self._baselines_warm.items():
-            pool = self.pools[task_id]
-            try:
+        try:
+            for task_id, warm in self._baselines_warm.items():
+                pool = self.pools[task_id]
                 for policy, episodes in itertools.product(pool.policies, (1, 2)):
                     if self._exiting.is_set():
                         return
                     with self._baseline_lock:
                         _evaluate_bounded(pool, policy, key, episodes)
-            finally:
-                warm.set()  # a failure here shows again, and is answered, at the first /baseline
+                warm.set()
+            self.day.warm_baselines(self._exiting)
+        finally:  # every task's: a failure here shows again, and is answered, at the first /baseline
+            for event in [*self._baselines_warm.values(), *self.day.baselines_warm.values()]:
+                event.set()
         _release_freed_memory()
 
     def _stop_warming(self) -> None:
-        """At exit: let the background compilation finish its program and stop (a thread
-        compiling while the interpreter ends could crash it)."""
+        """At exit: let the background compilation finish its program and stop (one compiling as
+        the interpreter ends could crash it)."""
         self._exiting.set()
         if self._warm_thread is not None:
             self._warm_thread.join(timeout=300)
-        for event in self._baselines_warm.values():
+        for event in [*self._baselines_warm.values(), *self.day.baselines_warm.values()]:
             event.set()
 
     def resolve_task(self, task_id: Any) -> str:
@@ -454,11 +454,13 @@ class ServerCore:
 
     # ------------------------------------------------------------------ baselines
 
-    def baseline(self, task_id: str, seed: int = 0, episodes: int = 16) -> list[dict[str, Any]]:
+    def baseline(self, task_id: str, seed: int = 0, episodes: int | None = None) -> list[dict[str, Any]]:
         """Every policy of the task (baselines, and the checkpoint's) on episodes 0 .. episodes-1
         of evaluate.evaluation_key(seed): one row per policy (evaluate.summarize's columns), bit
-        for bit evaluate.evaluate's (`_evaluate_bounded`)."""
-        seed = sampling.check_seed(seed)
+        for bit evaluate.evaluate's (`_evaluate_bounded`); a day task's: DayCore.baseline."""
+        if task_id in self.day.tasks:
+            return self.day.baseline(task_id, seed, episodes)
+        seed, episodes = sampling.check_seed(seed), DEFAULT_BASELINE_EPISODES if episodes is None else episodes
         if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= MAX_BASELINE_EPISODES:
             raise ValueError(f"episodes={episodes!r}: must be an integer in [1, {MAX_BASELINE_EPISODES}]")
         self._baselines_warm[task_id].wait()
@@ -470,9 +472,7 @@ class ServerCore:
         with self._baseline_lock:
             results = {name: _evaluate_bounded(pool, policy, key, episodes)
                        for name, policy in zip(pool.policy_names, pool.policies)}
-        frame = evaluate.summarize(results)
-        return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
-                for row in frame.reset_index().to_dict(orient="records")]
+        return day_tasks.json_rows(evaluate.summarize(results))
 
     # ------------------------------------------------------------------ descriptions
 

@@ -20,29 +20,59 @@ jax.random.key(seed) of split `day_split` ("train" or "heldout", the task's days
 jax.random.key(seed), "episode": episode})` does (and, for episode 0, `reset(seed=seed)`). A step
 after the horizon (fleet: 1,440 intervals; reservation: its decision days) raises `EpisodeDone`
 (409); a refused action (`day_tasks.ActionError`, 422) leaves the episode as it was.
+
+GET /baseline (`DayCore.baseline`): the task's baselines on its held-out split, graded as the
+library grades them (`day_tasks.DayTask.baseline_frame`), on the request's thread (FastAPI's thread
+pool, off the event loop and off the step worker), one at a time per fleet task and over the
+reservation tasks; the last ANSWERS_KEPT answers are kept. Reservation: a batch of exactly N
+episodes (~3 s for 16 on 2 busy cores), compiled once per N (~14 s), programs of at most
+RESERVATION_COUNTS_KEPT counts held (~50 MB each); the default count's compile after start-up in
+`ServerCore`'s background thread (`warm_baselines`: seed 0), and a /baseline waits for it. Fleet:
+computed on the first request of a seed, not at start-up: each of the 5 baselines runs one padded
+batch of 8 whole held-out days (~30-40 s on 2 busy cores, after a ~20 s compile on the first
+request: ~4 min then, ~2.5 min for a new seed), minutes of both cores that a server started for
+sessions should not spend unasked (nor wait for at exit, where a warm-up thread is joined); the
+runs of the last FLEET_SEEDS_KEPT seeds are kept, so any count 1..8 of them answers at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 import dataclasses
 import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
 
-from inferencegym_jax.server.day_tasks import DAY_SPLITS, ActionError, DayTask, check_split, day_task_id
+from inferencegym_jax.server.day_tasks import (
+    DAY_SPLITS,
+    FLEET,
+    ActionError,
+    DayTask,
+    check_split,
+    day_task_id,
+    json_rows,
+)
 from inferencegym_jax.server.sessions import GONE_MEMORY, CapacityError, EpisodeDone, SessionGone, SessionNotFound
 from inferencegym_jax.traffic import sampling
 
 MAX_SEED = sampling.MAX_SEED
 MAX_EPISODE = 2**31 - 1  # the adapters' options["episode"] bound (gym_host.check_options)
+# Seeds whose fleet baseline runs /baseline keeps (8 days x 5 baselines, ~1.6 MB a seed, FleetEpisodes):
+# a repeated or smaller request of one of them is answered without running the fleet again.
+FLEET_SEEDS_KEPT = 8
+# Episode counts whose reservation programs (7 per count, ~50 MB, measured) stay compiled; past it
+# they are dropped (the next count compiles anew, from JAX's persistent compilation cache if it has it).
+RESERVATION_COUNTS_KEPT = 4
+# /baseline answers kept, by (task, seed, episodes) (a few kB each): a repeated request runs nothing.
+ANSWERS_KEPT = 64
 
 
 @dataclasses.dataclass
@@ -198,6 +228,17 @@ class DayCore:
         self.store = DayStore(self.tasks, max_sessions)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inferencegym-day")
         self.steps = 0
+        # /baseline (module docstring): a reservation task's, set once its programs are compiled (or
+        # nothing to wait for); the fleet's compile on the first request.
+        self.baselines_warm = {t: threading.Event() for t in self.task_ids if self.tasks[t].family != FLEET}
+        for event in self.baselines_warm.values():
+            event.set()
+        reserving = threading.Lock()  # the reservation tasks share their programs' bound (RESERVATION_COUNTS_KEPT)
+        self._baseline_locks = {t: threading.Lock() if self.tasks[t].family == FLEET else reserving
+                                for t in self.task_ids}
+        self._fleet_runs: collections.OrderedDict[tuple[str, int], dict[str, Any]] = collections.OrderedDict()
+        self._reservation_counts: list[tuple[str, int]] = []  # (task, episodes) compiled
+        self._answers: collections.OrderedDict[tuple[str, int, int], list[dict[str, Any]]] = collections.OrderedDict()
 
     def resolve(self, task: Any, served: Sequence[str]) -> str | None:
         """The id of a served day task `task` names; None when it names no day task; ValueError
@@ -216,6 +257,67 @@ class DayCore:
                 env = task.make_env(split)
                 env.reset(seed=0)
                 env.step(np.zeros(task.nvec.shape, np.int64))
+
+    # ------------------------------------------------------------------ baselines
+
+    def baseline_episodes(self, task_id: str, episodes: int | None) -> int:
+        """/baseline's episode count for `task_id` (None: its family's default); ValueError naming
+        episodes and its range (day_tasks.BASELINE_EPISODES)."""
+        return self.tasks[task_id].check_baseline_episodes(episodes)
+
+    def baseline(self, task_id: str, seed: int = 0, episodes: int | None = None) -> list[dict[str, Any]]:
+        """The task's baselines on held-out episodes 0..episodes-1 of evaluate.evaluation_key(seed),
+        one row per baseline (day_tasks.DayTask.baseline_frame's columns, NaN as None); waits for
+        the task's programs (module docstring). ValueError naming seed or episodes."""
+        seed = sampling.check_seed(seed)
+        episodes = self.baseline_episodes(task_id, episodes)
+        if task_id in self.baselines_warm:
+            self.baselines_warm[task_id].wait()
+        with self._baseline_locks[task_id]:
+            return copy.deepcopy(self._answer(task_id, seed, episodes))
+
+    def _answer(self, task_id: str, seed: int, episodes: int) -> list[dict[str, Any]]:
+        """The rows of (task, seed, episodes), kept (ANSWERS_KEPT) or computed (`_frame`)."""
+        key = (task_id, seed, episodes)
+        if key not in self._answers:
+            self._answers[key] = json_rows(self._frame(task_id, seed, episodes))
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+        self._answers.move_to_end(key)
+        return self._answers[key]
+
+    def _frame(self, task_id: str, seed: int, episodes: int) -> Any:
+        task = self.tasks[task_id]
+        if task.family == FLEET:
+            runs = self._fleet_runs.get((task_id, seed))
+            if runs is None:
+                runs = self._fleet_runs[task_id, seed] = task.fleet_runs(seed)
+                while len(self._fleet_runs) > FLEET_SEEDS_KEPT:
+                    self._fleet_runs.popitem(last=False)
+            self._fleet_runs.move_to_end((task_id, seed))
+            return task.baseline_frame(seed, episodes, runs)
+        if (task_id, episodes) not in self._reservation_counts:
+            if len(self._reservation_counts) >= RESERVATION_COUNTS_KEPT:
+                from inferencegym_jax.fleet import reservation_baselines
+
+                # every count's programs (jit's clear_cache, which JAX's type stubs do not declare)
+                cast(Any, reservation_baselines._run_batch).clear_cache()
+                self._reservation_counts.clear()
+            self._reservation_counts.append((task_id, episodes))
+        return task.baseline_frame(seed, episodes)
+
+    def warm_baselines(self, stop: threading.Event) -> None:
+        """Compile (and run) each reservation task's /baseline programs for seed 0 and its default
+        count (the fleet's: at its first request, module docstring); each task's `baselines_warm`
+        is set after. Stops between tasks once `stop` is set."""
+        for task_id, warm in self.baselines_warm.items():
+            try:
+                with self._baseline_locks[task_id]:
+                    if stop.is_set():
+                        return
+                    self._answer(task_id, 0, self.tasks[task_id].check_baseline_episodes(None))
+            finally:
+                warm.set()  # a failure here shows again, and is answered, at the first /baseline
 
     # ------------------------------------------------------------------ operations
 

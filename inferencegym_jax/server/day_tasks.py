@@ -21,17 +21,25 @@ numbers by name (`fields`), in the scaled units GET /info lists per task (`DayTa
 `fleet.env.FleetEnv.flatten_observation` (12 entries in [0, 1]) and
 `fleet.reservation.ReservationEnv.flatten_observation` (history days x 24 hourly peaks, a one-hot
 day of the week, given here as its index, days left, the last day's GPU cost and missed fraction).
+
+GET /baseline (`DayTask.baseline_frame`): the task's non-learning baselines on its held-out split,
+episodes 0..N-1 of `evaluate.evaluation_key(seed)`, graded as the library grades them:
+`fleet.evaluate.graded_table` (fleet.baselines.fleet_baselines; score 0 static_for_peak, 1 the
+oracle) and `fleet.reservation_baselines.reservation_table` (score 0 week_peak, 1 the oracle).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
+from inferencegym_jax import evaluate
 from inferencegym_jax.fleet import reservation_tasks
 from inferencegym_jax.fleet import tasks as fleet_tasks
 from inferencegym_jax.fleet.env import ACTION_NAMES, ROUTING_RULES
@@ -49,6 +57,16 @@ ACTION_FIELDS = {FLEET: ACTION_NAMES, RESERVATION: ("reserved",)}
 # Bound of a JSON integer the action's entries may hold before the range check [int64's]: larger ones
 # are out of every range, refused with the range in the message (numpy cannot hold them).
 INT64_MAX = 2**63 - 1
+# GET /baseline's episodes per family: (default, maximum) [episodes]. Fleet: a held-out episode is a
+# whole day (1,440 steps of 16 replicas) and fleet.evaluate.run_fleet_episodes pads its batch to
+# evaluate.BATCH_MULTIPLE = 8 lanes, so 1 to 8 episodes run one program in the same time (~30 s
+# per baseline on 2 busy cores, measured; 9 would double it): 8 at most, all 8 by default (computed
+# on the first request of a seed, day_sessions).
+# Reservation: at most 64, the held-out table's size (scripts/reservation_baselines.py --heldout);
+# its episodes run as one batch of exactly N (reservation_table), so each new N compiles 7 programs
+# (~14 s and ~50 MB on 2 busy cores, measured); 16 by default, as the serving tasks', warmed at start-up.
+FLEET_LANES = evaluate.BATCH_MULTIPLE
+BASELINE_EPISODES = {FLEET: (FLEET_LANES, FLEET_LANES), RESERVATION: (16, 64)}
 
 
 class ActionError(ValueError):
@@ -228,7 +246,8 @@ class DayTask:
                 "horizon_steps": {split: self.horizon(split) for split in DAY_SPLITS},
                 "step": "a 60-s control interval" if self.family == FLEET else "a day (one commitment)",
                 "splits": list(DAY_SPLITS), "action": self._action_doc(),
-                "action_ranges": {name: [0, int(n) - 1] for name, n in zip(ACTION_FIELDS[self.family], self.nvec)}}
+                "action_ranges": {name: [0, int(n) - 1] for name, n in zip(ACTION_FIELDS[self.family], self.nvec)},
+                "baseline_episodes": dict(zip(("default", "max"), BASELINE_EPISODES[self.family]))}
 
     def info(self) -> dict[str, Any]:
         """GET /info's entry: the action, the observation's fields with units, the reward."""
@@ -246,8 +265,64 @@ class DayTask:
                              "day, episode_totals (fleet.reservation.DayTotals), reward_components {gpu, slo}, "
                              "day_index")}
 
+    @functools.cached_property
+    def heldout(self) -> tuple[Any, Any, dict[str, Any]]:
+        """(env, held-out params, {name: baseline}) of GET /baseline: `make_fleet(id, "heldout")` with
+        `fleet_baselines`, or `make_reservation(id, "heldout")` with `reservation_baselines`."""
+        if self.family == FLEET:
+            from inferencegym_jax.fleet.baselines import fleet_baselines
+
+            env, params = fleet_tasks.make_fleet(self.id, "heldout")
+            return env, params, fleet_baselines(env, params)
+        from inferencegym_jax.fleet.reservation_baselines import reservation_baselines
+
+        reserve_env, reserve_params = reservation_tasks.make_reservation(self.id, "heldout")
+        return reserve_env, reserve_params, reservation_baselines(reserve_env, reserve_params)
+
+    def check_baseline_episodes(self, episodes: Any) -> int:
+        """GET /baseline's episode count (None: the family's default); ValueError naming episodes
+        and its range for this family (BASELINE_EPISODES)."""
+        default, most = BASELINE_EPISODES[self.family]
+        if episodes is None:
+            return default
+        if isinstance(episodes, bool) or not isinstance(episodes, int) or not 1 <= episodes <= most:
+            raise ValueError(f"episodes={episodes!r}: must be an integer in [1, {most}] for {self.family} task "
+                             f"{self.id}")
+        return episodes
+
+    def fleet_runs(self, seed: int) -> dict[str, Any]:
+        """Fleet: each baseline's held-out episodes 0..FLEET_LANES-1 of evaluate.evaluation_key(seed)
+        ({name: fleet.evaluate.FleetEpisodes}, `run_fleet_episodes`: one padded batch, so their first
+        N are bit for bit those of any run of N <= FLEET_LANES)."""
+        from inferencegym_jax.fleet.evaluate import run_fleet_episodes
+
+        env, params, controllers = self.heldout
+        return {name: run_fleet_episodes(env, params, controller, evaluate.evaluation_key(seed), FLEET_LANES)
+                for name, controller in controllers.items()}
+
+    def baseline_frame(self, seed: int, episodes: int, runs: Mapping[str, Any] | None = None) -> Any:
+        """The graded held-out table (pandas, one row per baseline) of episodes 0..episodes-1 of
+        evaluate.evaluation_key(seed): fleet, `graded_table`'s (table_of(grade) of `runs`, this
+        seed's `fleet_runs`, their first `episodes`); reservation, `reservation_table`'s."""
+        if self.family == FLEET:
+            from inferencegym_jax.fleet.evaluate import grade, table_of
+
+            runs = self.fleet_runs(seed) if runs is None else runs
+            first = {name: jax.tree_util.tree_map(lambda x: x[:episodes], r) for name, r in runs.items()}
+            return table_of(first, grade(first))
+        from inferencegym_jax.fleet.reservation_baselines import reservation_table
+
+        env, params, policies = self.heldout
+        return reservation_table(env, params, policies, evaluate.evaluation_key(seed), episodes)[0]
+
     def vector_size(self) -> int:
         """Length of the flat observation."""
         if self.family == FLEET:
             return len(_fleet_fields(self.params["train"]))
         return obs_size(self.params["train"])
+
+
+def json_rows(frame: Any) -> list[dict[str, Any]]:
+    """A graded table's rows as JSON objects (its index a column; NaN and infinities None)."""
+    return [{k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+            for row in frame.reset_index().to_dict(orient="records")]

@@ -11,14 +11,19 @@
     GET    /stats                    sessions, evictions, batched program runs and compilations
     GET    /info                     action and observation schemas with units, reward weights, limits
     POST   /grader                   {task_id, intervals: [...]} -> score, breakdown, feedback (stateless)
-    GET    /baseline?task_id&seed&episodes   every server policy on held-out episodes (reproducible)
+    GET    /baseline?task_id&seed&episodes   every server policy on held-out episodes (reproducible;
+                                     a day task: its baselines on its held-out split)
     GET    /view                     the live page (static HTML and JavaScript)
 
 Fleet and reservation tasks (`day_tasks`, `day_sessions`) take the same session routes: POST
 /sessions {task_id, seed?, episode?, day_split?}, a step's {action: {replicas, routing}} or
 {action: {reserved: [24 ints]}} -> observation (entries by name), vector, reward, terminated,
 truncated, done, info; their log is {task_id, family, steps: [{reward, **info}]}. GET /tasks and
-/info list them under day_tasks; /grader, /baseline and policies answer 422 for them.
+/info list them under day_tasks. GET /baseline gives their non-learning baselines on the held-out
+split (day_sessions.DayCore.baseline: fleet.evaluate.graded_table's or
+fleet.reservation_baselines.reservation_table's rows; episodes at most 8 for a fleet, 64 for a
+reservation task, day_tasks.BASELINE_EPISODES). /grader (its input is the serving grader's
+interval record) and server policies answer 422 for them.
 
 `add_openenv_routes` replaces OpenEnv's stateless POST /reset and POST /step with the same
 operations over typed bodies (schemas.OpenEnvReset, OpenEnvStep), so that their OpenAPI schemas
@@ -50,7 +55,13 @@ from inferencegym_jax import observation as observation_module
 from inferencegym_jax import reward
 from inferencegym_jax.actions import KNOBS
 from inferencegym_jax.server import schemas
-from inferencegym_jax.server.core import MAX_BASELINE_EPISODES, MAX_SEED, ServerCore, StepResult
+from inferencegym_jax.server.core import (
+    DEFAULT_BASELINE_EPISODES,
+    MAX_BASELINE_EPISODES,
+    MAX_SEED,
+    ServerCore,
+    StepResult,
+)
 from inferencegym_jax.server.day_sessions import DayResult, DaySession
 from inferencegym_jax.server.day_tasks import ActionError
 from inferencegym_jax.server.openenv_env import InferenceGymEnvironment, http_errors, state_of
@@ -232,14 +243,26 @@ def add_grading_routes(router: APIRouter, core: ServerCore) -> None:
     @router.get("/baseline", tags=["Grading"])
     def baseline(task_id: str = Query(..., description="a served task"),
                  seed: int = Query(0, ge=0, le=MAX_SEED, description="seed of evaluate.evaluation_key"),
-                 episodes: int = Query(16, ge=1, le=MAX_BASELINE_EPISODES)) -> dict[str, Any]:
-        # A plain def: FastAPI runs it on its thread pool, so the event loop keeps serving.
+                 # None when absent (the task's default); typed int so that the document says integer
+                 # (a query value is never null)
+                 episodes: int = Query(None, ge=1, le=MAX_BASELINE_EPISODES, description=(
+                     "episodes 0..episodes-1; default 16 (a fleet task: 8). At most 256; a fleet task 8, a "
+                     "reservation task 64"))) -> dict[str, Any]:
+        # A plain def: FastAPI runs it on its thread pool, so the event loop keeps serving (a fleet
+        # task's first request of a seed runs 8 held-out days per baseline: minutes on 2 cores).
         with at("query", "task_id"):
-            resolved = core.resolve_task(task_id)
+            resolved, day = core.resolve_any(task_id)
+        if day:
+            with at("query", "episodes"):
+                episodes = core.day.baseline_episodes(resolved, episodes)
+        episodes = DEFAULT_BASELINE_EPISODES if episodes is None else episodes
         with at("query"):
             rows = core.baseline(resolved, seed, episodes)
-        return {"task_id": resolved, "seed": seed, "episodes": episodes,
+        body = {"task_id": resolved, "seed": seed, "episodes": episodes,
                 "key": f"evaluate.evaluation_key({seed}), episodes 0..{episodes - 1}", "policies": rows}
+        if day:
+            body.update(family=core.day.tasks[resolved].family, split="heldout")
+        return body
 
 
 def add_view_route(router: APIRouter) -> None:
