@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (fleet.tasks): headroom for the provisioning lead and the bursts.
 GRIDS = {
     "static_for_peak": {"replicas": [8, 9, 10, 11, 12, 13, 14, 15, 16]},
-    "hpa": {"target": [1.0, 1.4, 1.8, 2.2]},
+    "hpa": {"target": [1.0, 1.1, 1.2, 1.3, 1.4, 1.8, 2.2]},  # 1.1..1.3 added: the step 1.0 -> 1.4 was too coarse
     "forecast": {"capacity": [1.7, 2.0], "spare": [1.0, 2.0]},
     "oracle": {"capacity": [1.3, 1.45, 1.6, 1.9, 2.2, 2.5]},  # 1.3, 1.45 added: none of 1.6.. qualified
     # A multiple of the capacity per fleet size measured at a constant load (scripts/fleet_capacity.py):
