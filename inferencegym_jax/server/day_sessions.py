@@ -60,7 +60,7 @@ from inferencegym_jax.server.day_tasks import (
     day_task_id,
     json_rows,
 )
-from inferencegym_jax.server.sessions import GONE_MEMORY, CapacityError, EpisodeDone, SessionGone, SessionNotFound
+from inferencegym_jax.server.sessions import EpisodeDone, LruStore, SessionGone
 from inferencegym_jax.traffic import sampling
 
 MAX_SEED = sampling.MAX_SEED
@@ -137,73 +137,33 @@ class DaySession:
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
 
 
-class DayStore:
+class DayStore(LruStore):
     """At most `max_sessions` day sessions (module docstring: eviction)."""
 
-    def __init__(self, tasks: Mapping[str, DayTask], max_sessions: int):
-        if max_sessions < 1:
-            raise ValueError(f"max_sessions={max_sessions} must be >= 1")
-        self.tasks = tasks
-        self.max_sessions = max_sessions
-        self._sessions: collections.OrderedDict[str, DaySession] = collections.OrderedDict()
-        self._gone: collections.OrderedDict[str, None] = collections.OrderedDict()
-        self._lock = threading.Lock()
-        self.evictions = 0
+    label = "day-task sessions"
 
-    def __len__(self) -> int:
-        return len(self._sessions)
+    def __init__(self, tasks: Mapping[str, DayTask], max_sessions: int):
+        super().__init__(max_sessions)
+        self.tasks = tasks
 
     def create(self, task_id: str, pinned: bool = False) -> DaySession:
         """A new session of `task_id` (evicting the least recently used unpinned one when full)."""
         task = self.tasks[task_id]
         with self._lock:
             if len(self._sessions) >= self.max_sessions:
-                self._evict_one()
+                self._evict_first(lambda session: True)
             session = DaySession(id=secrets.token_urlsafe(16), task_id=task_id, family=task.family, pinned=pinned,
                                  horizon=task.horizon("train"))
             self._sessions[session.id] = session
             return session
 
-    def _evict_one(self) -> None:
-        for sid, session in self._sessions.items():  # oldest first
-            if not session.pinned:
-                self._drop(sid)
-                self._gone[sid] = None
-                while len(self._gone) > GONE_MEMORY:
-                    self._gone.popitem(last=False)
-                self.evictions += 1
-                return
-        raise CapacityError(f"all {len(self._sessions)} day-task sessions are held by open connections "
-                            f"(--max-sessions {self.max_sessions}); close one or raise the limit")
-
-    def _drop(self, sid: str) -> None:
-        session = self._sessions.pop(sid)
-        session.closed = True
+    def _release(self, session: DaySession) -> None:
         session.env = None  # its device state goes with it
-
-    def has(self, sid: str) -> bool:
-        """Whether `sid` is an open day session or one evicted recently (so `get` answers for it)."""
-        with self._lock:
-            return sid in self._sessions or sid in self._gone
 
     def get(self, sid: str) -> DaySession:
         """The session `sid`, marked most recently used; SessionGone / SessionNotFound."""
-        with self._lock:
-            session = self._sessions.get(sid)
-            if session is None:
-                if sid in self._gone:
-                    raise SessionGone(f"session {sid!r} was evicted (the least recently used of "
-                                      f"{self.max_sessions} day-task sessions) to make room for a new one")
-                raise SessionNotFound(f"no session {sid!r} (unknown or closed)")
-            self._sessions.move_to_end(sid)
-            session.last_used = time.monotonic()
-            return session
-
-    def close(self, sid: str) -> None:
-        """Close a session; SessionGone / SessionNotFound as `get`."""
-        self.get(sid)
-        with self._lock:
-            self._drop(sid)
+        session: DaySession = super().get(sid)
+        return session
 
 
 def _check_episode(seed: int | None, episode: Any) -> tuple[int, int]:

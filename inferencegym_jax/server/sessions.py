@@ -21,6 +21,7 @@ import dataclasses
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
@@ -92,21 +93,79 @@ class Session:
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
 
 
-class SessionStore:
-    """At most `max_sessions` sessions over the task pools (module docstring: eviction)."""
+class LruStore:
+    """At most `max_sessions` sessions by id, the least recently used first; the last GONE_MEMORY
+    evicted ids are remembered, so that `get` answers SessionGone for them (module docstring).
+    Subclasses add `create` and release a dropped session's resources in `_release`; `label`
+    names their sessions in messages. Sessions have `id`, `pinned`, `closed` and `last_used`."""
 
-    def __init__(self, pools: dict[str, TaskPool], max_sessions: int):
+    label = "sessions"
+
+    def __init__(self, max_sessions: int):
         if max_sessions < 1:
             raise ValueError(f"max_sessions={max_sessions} must be >= 1")
-        self.pools = pools
         self.max_sessions = max_sessions
-        self._sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
+        self._sessions: collections.OrderedDict[str, Any] = collections.OrderedDict()
         self._gone: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._lock = threading.Lock()
         self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def _evict_first(self, evictable: Callable[[Any], bool]) -> None:
+        """Close the least recently used unpinned session for which `evictable` holds (under the
+        lock); CapacityError when there is none."""
+        for sid, session in self._sessions.items():  # oldest first
+            if not session.pinned and evictable(session):
+                self._drop(sid)
+                self._gone[sid] = None
+                while len(self._gone) > GONE_MEMORY:
+                    self._gone.popitem(last=False)
+                self.evictions += 1
+                return
+        raise CapacityError(f"all {len(self._sessions)} {self.label} are held by open connections "
+                            f"(--max-sessions {self.max_sessions}); close one or raise the limit")
+
+    def _drop(self, sid: str) -> None:
+        session = self._sessions.pop(sid)
+        session.closed = True
+        self._release(session)
+
+    def _release(self, session: Any) -> None:
+        """Free what a closed session held (nothing by default)."""
+
+    def has(self, sid: str) -> bool:
+        """Whether `sid` is an open session or one evicted recently (so `get` answers for it)."""
+        with self._lock:
+            return sid in self._sessions or sid in self._gone
+
+    def get(self, sid: str) -> Any:
+        """The session `sid`, marked most recently used; SessionGone / SessionNotFound."""
+        with self._lock:
+            session = self._sessions.get(sid)
+            if session is None:
+                if sid in self._gone:
+                    raise SessionGone(f"session {sid!r} was evicted (the least recently used of "
+                                      f"{self.max_sessions} {self.label}) to make room for a new one")
+                raise SessionNotFound(f"no session {sid!r} (unknown or closed)")
+            self._sessions.move_to_end(sid)
+            session.last_used = time.monotonic()
+            return session
+
+    def close(self, sid: str) -> None:
+        """Close a session and free what it held; SessionGone / SessionNotFound as `get`."""
+        self.get(sid)
+        with self._lock:
+            self._drop(sid)
+
+
+class SessionStore(LruStore):
+    """At most `max_sessions` sessions over the task pools (module docstring: eviction)."""
+
+    def __init__(self, pools: dict[str, TaskPool], max_sessions: int):
+        super().__init__(max_sessions)
+        self.pools = pools
 
     def create(self, task_id: str, pinned: bool = False) -> Session:
         """A new session of `task_id` with a free slot (evicting as the module docstring says)."""
@@ -126,40 +185,15 @@ class SessionStore:
         """Close the least recently used unpinned session (of `task_id` when the store has
         room but that task's pool is full); CapacityError when there is none."""
         full = len(self._sessions) >= self.max_sessions
-        for sid, session in self._sessions.items():  # oldest first
-            if not session.pinned and (full or session.task_id == task_id):
-                self._drop(sid)
-                self._gone[sid] = None
-                while len(self._gone) > GONE_MEMORY:
-                    self._gone.popitem(last=False)
-                self.evictions += 1
-                return
-        raise CapacityError(f"all {len(self._sessions)} sessions are held by open connections "
-                            f"(--max-sessions {self.max_sessions}); close one or raise the limit")
+        self._evict_first(lambda session: full or session.task_id == task_id)
 
-    def _drop(self, sid: str) -> None:
-        session = self._sessions.pop(sid)
-        session.closed = True
+    def _release(self, session: Session) -> None:
         self.pools[session.task_id].release(session.slot)
 
     def get(self, sid: str) -> Session:
         """The session `sid`, marked most recently used; SessionGone / SessionNotFound."""
-        with self._lock:
-            session = self._sessions.get(sid)
-            if session is None:
-                if sid in self._gone:
-                    raise SessionGone(f"session {sid!r} was evicted (the least recently used of "
-                                      f"{self.max_sessions} sessions) to make room for a new one")
-                raise SessionNotFound(f"no session {sid!r} (unknown or closed)")
-            self._sessions.move_to_end(sid)
-            session.last_used = time.monotonic()
-            return session
-
-    def close(self, sid: str) -> None:
-        """Close a session and free its slot; SessionGone / SessionNotFound as `get`."""
-        self.get(sid)
-        with self._lock:
-            self._drop(sid)
+        session: Session = super().get(sid)
+        return session
 
 
 class Batcher:
