@@ -237,3 +237,30 @@ def test_the_capacity_file_follows_from_its_measurements():
                       for row in worst]
     assert data["capacity"]["value"] == expect
     assert expect[-1] > expect[4] > 0.0  # pooling: 16 replicas carry more each than 4
+
+
+def test_the_equal_attainment_study_is_current_and_paired_with_the_results_file():
+    """docs/FLEET.md holds scripts/fleet_equal_attainment.py's table of its JSON; the study's PPO is
+    results/fleet1_v1.json's, its HPA at the chosen target that file's hpa rows, and the matched
+    mixture sits at PPO's attainment between its two targets."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "scripts" / "fleet_equal_attainment.py"
+    spec = importlib.util.spec_from_file_location("fleet_equal_attainment", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    doc = json.loads(script.OUT.read_text())
+    page = (root / "docs" / "FLEET.md").read_text()
+    start, end = "<!-- fleet1-equal-attainment:start -->", "<!-- fleet1-equal-attainment:end -->"
+    assert f"{start}\n{script.markdown(doc)}\n{end}" in page
+    stored = json.loads(script.RESULTS.read_text())["per_episode"]
+    assert doc["ppo"]["gpu_hours"] == pytest.approx(np.mean(stored["ppo"]["gpu_hours"]), rel=1e-12)
+    chosen = fb.load_chosen(script.ENV_ID)["hpa"]["target"]
+    row = next(r for r in doc["hpa"] if r["target"] == chosen)
+    assert row["gpu_hours"] == pytest.approx(np.mean(stored["hpa"]["gpu_hours"]), rel=1e-12)
+    m = doc["matched"]
+    assert m["slo_attainment"] == pytest.approx(doc["ppo"]["slo_attainment"], abs=1e-9)
+    a, b = (next(r for r in doc["hpa"] if r["target"] == t) for t in m["targets"])
+    assert min(a["gpu_hours"], b["gpu_hours"]) <= m["gpu_hours"] <= max(a["gpu_hours"], b["gpu_hours"])

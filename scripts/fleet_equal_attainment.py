@@ -1,0 +1,154 @@
+"""PPO against the HPA on InferenceGym-Fleet1-v1 at equal SLO attainment (issue 42's bar).
+
+    .venv-dev/bin/python scripts/fleet_equal_attainment.py  # writes experiments/results/fleet1_equal_attainment.json
+    .venv-dev/bin/python scripts/fleet_equal_attainment.py --markdown  # docs/FLEET.md's table of that file
+
+The HPA trades SLO attainment for GPU-hours through its target [req/s per serving replica]. Each
+target of TARGETS runs on the held-out windows with the keys of PPO's stored evaluation
+(results/fleet1_v1.json: `evaluate.evaluation_key(eval_seed)`, episodes 0..N-1), so every
+episode is paired with PPO's. Between two targets a and b the HPA's frontier is their mixture: run
+a on a fraction 1 - w of the days and b on w, which gives (1 - w) x + w y in expectation of any
+per-episode quantity x (under a) and y (under b). The HPA matched to PPO is that mixture of the
+two neighbouring targets whose mean attainment equals PPO's; its per-episode GPU-hours
+(1 - w) a_i + w b_i are paired with PPO's (Student-t 95 % CI, `fleet.evaluate.paired_ci95`).
+
+The targets are picked here on the held-out days with PPO's attainment known: the most favourable
+HPA for this comparison, so a PPO win is conservative. Before anything is paired, the run of the
+HPA's chosen target (data/fleet/fleet1_v1_baselines.json) must reproduce the results file's "hpa" rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from inferencegym_jax import evaluate
+from inferencegym_jax.fleet import baselines as fb
+from inferencegym_jax.fleet import evaluate as fe
+from inferencegym_jax.fleet.tasks import make_fleet
+
+ENV_ID = "InferenceGym-Fleet1-v1"
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results" / "fleet1_v1.json"
+OUT = ROOT / "experiments" / "results" / "fleet1_equal_attainment.json"
+# [req/s per serving replica]: the HPA's targets, around the one the task's baselines file chose
+# (data/fleet/fleet1_v1_baselines.json: 1.3) and past PPO's attainment on both sides.
+TARGETS = [1.0, 1.1, 1.2, 1.25, 1.3, 1.4]
+COLUMNS = ("gpu_hours", "slo_attainment")
+
+
+def run_targets(seed: int, episodes: int) -> dict[float, dict[str, np.ndarray]]:
+    """{target: {"gpu_hours", "slo_attainment"}: float64 (episodes,)} of the HPA on the held-out windows."""
+    env, params = make_fleet(ENV_ID, split="heldout")
+    chosen = fb.load_chosen(ENV_ID)
+    out = {}
+    for target in TARGETS:  # the library's evaluation, as the results file's: bit for bit its episodes
+        chosen["hpa"] = {"target": target}
+        hpa = fb.make_controllers(params, chosen)["hpa"]
+        res = fe.run_fleet_episodes(env, params, hpa, evaluate.evaluation_key(seed), episodes)
+        out[target] = {c: np.asarray(getattr(res, c), np.float64) for c in COLUMNS}
+        print(f"target {target}: {out[target]['gpu_hours'].mean():.1f} GPU-h, "
+              f"attainment {out[target]['slo_attainment'].mean():.5f}", flush=True)
+    return out
+
+
+def matched(runs: dict[float, dict[str, np.ndarray]], attainment: float) -> dict:
+    """The mixture of two neighbouring targets whose mean attainment is `attainment` (module
+    docstring): {"a", "b", "w", "gpu_hours": float64 (N,)}; None when no pair of TARGETS brackets it."""
+    order = sorted(runs, key=lambda t: -runs[t]["slo_attainment"].mean())  # most attainment first
+    for a, b in zip(order, order[1:], strict=False):
+        att_a, att_b = runs[a]["slo_attainment"].mean(), runs[b]["slo_attainment"].mean()
+        if att_a >= attainment >= att_b and att_a > att_b:
+            w = (att_a - attainment) / (att_a - att_b)
+            gpu = (1 - w) * runs[a]["gpu_hours"] + w * runs[b]["gpu_hours"]
+            att = (1 - w) * runs[a]["slo_attainment"] + w * runs[b]["slo_attainment"]
+            return {"a": a, "b": b, "w": float(w), "gpu_hours": gpu, "slo_attainment": att}
+    return None
+
+
+def measure(seed: int) -> dict:
+    """The study's JSON document (see `main`)."""
+    stored = json.loads(RESULTS.read_text())
+    if stored["eval_seed"] != seed or stored["split"] != "heldout":
+        raise ValueError(f"--seed={seed}: {RESULTS.name} was evaluated with eval_seed={stored['eval_seed']} "
+                         f"on split {stored['split']!r}; allowed: --seed={stored['eval_seed']}")
+    episodes = int(stored["episodes"])
+    ppo = {c: np.asarray(stored["per_episode"]["ppo"][c], np.float64) for c in COLUMNS}
+    runs = run_targets(seed, episodes)
+    chosen = float(fb.load_chosen(ENV_ID)["hpa"]["target"])
+    rerun, kept = runs[chosen], stored["per_episode"]["hpa"]
+    worst = max(float(np.max(np.abs(rerun[c] - np.asarray(kept[c])))) for c in COLUMNS)
+    if worst > 0.0:
+        raise RuntimeError(f"the HPA at its chosen target {chosen} differs from {RESULTS.name}'s hpa rows by "
+                           f"{worst:.3g}: the episodes are not the stored ones, so nothing can be paired")
+    rows = []
+    for target, r in sorted(runs.items()):
+        d_gpu = fe.paired_ci95(ppo["gpu_hours"], r["gpu_hours"])
+        d_att = fe.paired_ci95(ppo["slo_attainment"], r["slo_attainment"])
+        rows.append({"target": target, "gpu_hours": float(r["gpu_hours"].mean()),
+                     "slo_attainment": float(r["slo_attainment"].mean()),
+                     "min_attainment": float(r["slo_attainment"].min()),
+                     "ppo_minus_hpa_gpu_h": d_gpu[0], "ppo_minus_hpa_gpu_h_ci95": d_gpu[1],
+                     "ppo_minus_hpa_attainment": d_att[0], "ppo_minus_hpa_attainment_ci95": d_att[1]})
+    mix = matched(runs, float(ppo["slo_attainment"].mean()))
+    match = None
+    if mix is not None:
+        d_gpu = fe.paired_ci95(ppo["gpu_hours"], mix["gpu_hours"])
+        match = {"targets": [mix["a"], mix["b"]], "w": mix["w"], "gpu_hours": float(mix["gpu_hours"].mean()),
+                 "slo_attainment": float(mix["slo_attainment"].mean()),
+                 "ppo_minus_hpa_gpu_h": d_gpu[0], "ppo_minus_hpa_gpu_h_ci95": d_gpu[1]}
+    return {
+        "what": f"{ENV_ID}: the HPA's GPU-hours and SLO attainment over its target on the held-out windows, "
+                f"paired with PPO's stored evaluation ({RESULTS.relative_to(ROOT)}); 'matched' is the mixture of "
+                "two targets at PPO's mean attainment (scripts/fleet_equal_attainment.py's docstring)",
+        "command": "python scripts/fleet_equal_attainment.py",
+        "made_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "episodes": episodes, "key": f"evaluate.evaluation_key({seed})",
+        "units": "gpu_hours [GPU h per day], slo_attainment [fraction], ci95: Student-t 95 % half-width, paired",
+        "ppo": {"gpu_hours": float(ppo["gpu_hours"].mean()), "slo_attainment": float(ppo["slo_attainment"].mean())},
+        "hpa_rerun_max_abs_diff": worst, "hpa": rows, "matched": match,
+    }
+
+
+def markdown(doc: dict) -> str:
+    """docs/FLEET.md's table of the study (from its JSON document)."""
+    lines = ["| HPA target (req/s per replica) | GPU-h/day | SLO attainment | PPO - HPA, GPU-h (paired 95 % CI) "
+             "| PPO - HPA, attainment |", "|---|---|---|---|---|"]
+    for r in doc["hpa"]:
+        lines.append(f"| {r['target']:g} | {r['gpu_hours']:.1f} | {r['slo_attainment']:.4f} "
+                     f"| {r['ppo_minus_hpa_gpu_h']:+.1f} ± {r['ppo_minus_hpa_gpu_h_ci95']:.1f} "
+                     f"| {r['ppo_minus_hpa_attainment']:+.4f} ± {r['ppo_minus_hpa_attainment_ci95']:.4f} |")
+    m = doc["matched"]
+    if m is not None:
+        a, b = m["targets"]
+        lines.append(f"| **mixture of {a:g} and {b:g} (w = {m['w']:.2f}) at PPO's attainment** | {m['gpu_hours']:.1f} "
+                     f"| {m['slo_attainment']:.4f} | **{m['ppo_minus_hpa_gpu_h']:+.1f} ± "
+                     f"{m['ppo_minus_hpa_gpu_h_ci95']:.1f}** | 0 |")
+    p = doc["ppo"]
+    lines.append(f"| PPO ({RESULTS.name}) | {p['gpu_hours']:.1f} | {p['slo_attainment']:.4f} | | |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0, help="the evaluation seed of results/fleet1_v1.json")
+    ap.add_argument("--markdown", action="store_true", help="print the table of the stored JSON, run nothing")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.out).read_text())))
+        return
+    doc = measure(args.seed)
+    doc["command"] = "python scripts/fleet_equal_attainment.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(markdown(doc))
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()
