@@ -43,7 +43,6 @@ import copy
 import dataclasses
 import secrets
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
@@ -60,7 +59,7 @@ from inferencegym_jax.server.day_tasks import (
     day_task_id,
     json_rows,
 )
-from inferencegym_jax.server.sessions import EpisodeDone, LruStore, SessionGone
+from inferencegym_jax.server.sessions import EpisodeDone, LruStore, SessionGone, SessionRecord
 from inferencegym_jax.traffic import sampling
 
 MAX_SEED = sampling.MAX_SEED
@@ -101,40 +100,18 @@ class DayResult:
 
 
 @dataclasses.dataclass
-class DaySession:
-    """One episode of a day task (host-side bookkeeping; `sessions.Session`'s fields, plus its
-    adapter env and split).
+class DaySession(SessionRecord):
+    """One episode of a day task (`sessions.SessionRecord`'s fields, its log one record per step:
+    {"reward": float, **the step's info}).
 
     Attributes:
-      id: the session id (URL-safe, 22 characters); task_id, family: its task (day_tasks).
-      pinned: held by a WebSocket connection (never evicted); started, closed: as Session's.
+      family: its task's family (day_tasks: "fleet" or "reservation").
       env: the adapter env (None until the first reset); split: the split it runs ("train", "heldout").
-      seed: [0, 2**32 - 1] of the episode's key stream; episode: the episode of that stream.
-      episode_id: a label the client chose (or the session id).
-      step_count: [steps] stepped; horizon: [steps] per episode; done: the horizon was reached.
-      cumulative_reward: sum of the episode's rewards.
-      log: one record per step: {"reward": float, **the step's info}.
-      last_used: time.monotonic() of the last request; lock: held while an operation runs.
     """
 
-    id: str
-    task_id: str
-    family: str
-    pinned: bool
+    family: str = dataclasses.field(kw_only=True)
     env: Any = None
     split: str = "train"
-    started: bool = False
-    closed: bool = False
-    seed: int = 0
-    episode: int = 0
-    episode_id: str = ""
-    step_count: int = 0
-    horizon: int = 0
-    done: bool = False
-    cumulative_reward: float = 0.0
-    log: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    last_used: float = dataclasses.field(default_factory=time.monotonic)
-    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
 
 
 class DayStore(LruStore):

@@ -53,22 +53,21 @@ class EpisodeDone(RuntimeError):
 
 
 @dataclasses.dataclass
-class Session:
-    """One episode of one task on the server (host-side bookkeeping).
+class SessionRecord:
+    """What every session kind keeps of its episode (host-side bookkeeping; `Session` and
+    `day_sessions.DaySession` add their own fields).
 
     Attributes:
       id: the session id (URL-safe, 22 characters).
       task_id: the task's id.
-      slot: its slot in the task's TaskPool.
       pinned: held by a WebSocket connection (never evicted; closed with the connection).
-      started: an episode has been reset in it; closed: evicted or closed (its slot is free).
+      started: an episode has been reset in it; closed: evicted or closed (what it held is freed).
       seed: [0, 2**32 - 1] seed of the episode's stream; episode: the episode of that stream.
-      stream: PLAIN (root jax.random.key(seed)) or HELD_OUT (root evaluate.evaluation_key(seed)).
       episode_id: a label the client chose (or the session id).
-      step_count: [intervals] stepped in this episode; horizon: [intervals] per episode.
+      step_count: [steps] stepped in this episode; horizon: [steps] per episode.
       done: the episode reached its horizon.
       cumulative_reward: sum of the episode's rewards.
-      log: one grader record per interval (`schemas.IntervalRecord` fields).
+      log: one record per step (the subclass says what it holds).
       last_used: time.monotonic() of the last request.
       lock: held while an operation of the session runs (two requests on one session at once
         run one after the other, each seeing the other's result).
@@ -76,13 +75,11 @@ class Session:
 
     id: str
     task_id: str
-    slot: int
     pinned: bool
     started: bool = False
     closed: bool = False
     seed: int = 0
     episode: int = 0
-    stream: Stream = PLAIN
     episode_id: str = ""
     step_count: int = 0
     horizon: int = 0
@@ -91,6 +88,20 @@ class Session:
     log: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     last_used: float = dataclasses.field(default_factory=time.monotonic)
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock, repr=False, compare=False)
+
+
+@dataclasses.dataclass
+class Session(SessionRecord):
+    """One episode of one serving task on the server (`SessionRecord`'s fields, steps being
+    [intervals] and the log one grader record per interval, `schemas.IntervalRecord` fields).
+
+    Attributes:
+      slot: its slot in the task's TaskPool (freed when the session closes).
+      stream: PLAIN (root jax.random.key(seed)) or HELD_OUT (root evaluate.evaluation_key(seed)).
+    """
+
+    slot: int = dataclasses.field(kw_only=True)
+    stream: Stream = PLAIN
 
 
 class LruStore:
