@@ -229,7 +229,8 @@ class InferenceGymEnv(TaskIdentity[EnvParams]):
     def _reset_from_uniforms(self, u: jax.Array, params: EnvParams) -> tuple[Observation, EnvState]:
         horizon_s = params.max_steps_in_episode * params.server.dt_s
         state = EnvState(
-            server=serving.initial_state(params.default_action, params.server.num_age_buckets),
+            server=serving.initial_state(params.default_action, params.server.num_age_buckets,
+                                         params.server.slo_accounting),
             workload=workload.init_from_draws(u, params.workload, horizon_s),
             time=jnp.zeros((), jnp.int32),
             arrival_rate_ema=jnp.zeros((), jnp.float32),

@@ -50,6 +50,11 @@ Same seed and batch size, same bits.
   output-token-weighted mean of each interval's `IntervalMetrics.tpot_s` (wall time per token of
   the running sequences). A request's TPOT is the token-weighted mean of the intervals it
   decodes in; with equal outputs, the mean over requests is the token-weighted mean over time.
+* Per-request TPOT quantiles (`Pooled.tpot_quantiles`, not a row key): under "request" SLO
+  accounting (`LoadPoint.slo_accounting`, `serving.request_tpot`) the engine gives the mean TPOT
+  of each cohort of good requests that finished and their number (`RequestLatency.tpot_s`,
+  `tpot_requests`); they are pooled on a log grid (TPOT_GRID_POINTS from TPOT_GRID_LOW_S to
+  TPOT_GRID_HIGH_S) and each quantile is its cell's geometric middle (within half a cell).
 
 **Saturation row** (`"rate": "saturation"`), the reference's method
 (experiments/crosscheck/README.md): a closed loop alone is not enough (identical requests
@@ -85,7 +90,7 @@ from inferencegym_jax.actions import KNOB_RANGES, KNOBS, ServingAction
 from inferencegym_jax.env import EnvParams
 from inferencegym_jax.profiles import QUANT_TIERS
 from inferencegym_jax.request_stats import TtftCdf
-from inferencegym_jax.serving.types import ENGINES
+from inferencegym_jax.serving.types import ENGINES, SLO_ACCOUNTINGS
 from inferencegym_jax.task_config import MAX_TOKENS, LengthConfig, TaskConfig
 from inferencegym_jax.traffic import workload
 
@@ -103,6 +108,9 @@ MAX_SEED = 2**32 - 1  # jax.random.key keeps the low 32 bits of a seed
 PROBE_START_RATE = 1.0  # [req/s] first offered rate of the saturation probe
 SATURATION_OVERLOAD = 1.1  # offered / C_probe of the saturation row (the reference's 1.1 x)
 QUANTILES = (0.5, 0.9, 0.99)
+# Per-request TPOT grid [s per token]: 0.1 ms (past any decode step) to 10 s (one token a control
+# interval's worth of stall), 4,096 cells 0.34 % apart.
+TPOT_GRID_LOW_S, TPOT_GRID_HIGH_S, TPOT_GRID_POINTS = 1e-4, 10.0, 4096
 EPISODE_BATCH = 64  # episodes per jitted call: a batch's intervals on the host (fluid engine, 600 s: 22 MB)
 MAX_EPISODES = 10**5  # episodes per row: 6 x 10^7 measured intervals at 600 s, hours on 2 cores
 
@@ -144,6 +152,10 @@ class LoadPoint:
         {"kind": "lognormal", "median1": 250, "sigma1": 1.0, "low": 8, "high": 4096}.
       engine: the engine model, "fluid" or "mixed" (`serving.types.ENGINES`); None: the base
         task's.
+      slo_accounting: "completion" or "request" (`serving.types.SLO_ACCOUNTINGS`; "request" gives
+        per-request TPOT quantiles, `Pooled.tpot_quantiles`); None: the base task's.
+      length_strata: the prompt-length strata rule, "moments" or "clamped"
+        (`workload.LENGTH_STRATA_RULES`, the mixed engine's TTFT nodes); None: "moments".
     """
 
     gpu: str = "a100-80gb"
@@ -156,6 +168,8 @@ class LoadPoint:
     prompt: Mapping[str, Any] = dataclasses.field(default_factory=_default_prompt)
     output: Mapping[str, Any] = dataclasses.field(default_factory=_default_output)
     engine: str | None = None
+    length_strata: str | None = None
+    slo_accounting: str | None = None
 
     def __post_init__(self) -> None:
         _choice("gpu", self.gpu, GPUS)
@@ -171,6 +185,10 @@ class LoadPoint:
         _integer_in("max_batched_tokens", self.max_batched_tokens, 1, int(MAX_TOKENS * 8))
         if self.engine is not None:
             _choice("engine", self.engine, ENGINES)
+        if self.slo_accounting is not None:
+            _choice("slo_accounting", self.slo_accounting, SLO_ACCOUNTINGS)
+        if self.length_strata is not None:
+            _choice("length_strata", self.length_strata, workload.LENGTH_STRATA_RULES)
         for name in ("prompt", "output"):
             validation.parse(getattr(self, name), LengthConfig, f"{name}.")
             object.__setattr__(self, name, dict(getattr(self, name)))  # a copy: the caller's dict may change
@@ -194,9 +212,13 @@ def point_config(point: LoadPoint, intervals: int) -> TaskConfig:
                          ttft_slo_s=[TTFT_SLO_OUT_OF_REACH_S] * 3, tpot_slo_s=[TPOT_SLO_OUT_OF_REACH_S] * 3)
     if point.engine is not None:
         raw["server"]["engine"] = point.engine
+    if point.slo_accounting is not None:
+        raw["server"]["slo_accounting"] = point.slo_accounting
     # base_rate: a placeholder in the schema's range; each run sets its own (a traced value).
     raw["workload"] = {"schedule": "constant", "base_rate": PROBE_START_RATE, "class_mix": list(CLASS_MIX),
                        "prompt": dict(point.prompt), "output": dict(point.output)}
+    if point.length_strata is not None:
+        raw["workload"]["length_strata"] = point.length_strata
     return validation.parse(raw, TaskConfig)
 
 
@@ -234,7 +256,7 @@ class Measured(NamedTuple):
 def _initial_state(key: jax.Array, action: ServingAction, params: EnvParams) -> Carry:
     """An idle server and the traffic state of a fresh episode."""
     horizon_s = params.max_steps_in_episode * params.server.dt_s
-    return Carry(serving.initial_state(action, params.server.num_age_buckets),
+    return Carry(serving.initial_state(action, params.server.num_age_buckets, params.server.slo_accounting),
                  workload.init(key, params.workload, horizon_s))
 
 
@@ -320,6 +342,8 @@ class Pooled:
       output_tokens: [tokens] generated in them.
       tpot_tokens: [s] sum over intervals of tpot_s x output_tokens (TPOT's token-weighted sum).
       ttft: the pooled TTFT distribution (`request_stats.TtftCdf`: O(grid) floats).
+      tpot: float64 (TPOT_GRID_POINTS,) [requests] good finished requests per per-request TPOT cell
+        (zeros unless the point runs "request" accounting).
     """
 
     def __init__(self) -> None:
@@ -328,6 +352,7 @@ class Pooled:
         self.output_tokens = 0.0
         self.tpot_tokens = 0.0
         self.ttft = TtftCdf()
+        self.tpot = np.zeros(TPOT_GRID_POINTS)
 
     def add(self, episode: Measured) -> None:
         """Fold one episode's measured intervals (NumPy leaves (seconds, ...)) into the sums."""
@@ -339,6 +364,22 @@ class Pooled:
         ft = episode.first_token
         self.ttft.add_uniform(ft.low_s, ft.high_s, ft.requests)
         self.ttft.add_shifted_exponential(ft.exp_shift_s, ft.exp_scale_s, ft.exp_requests)
+        cell = np.log(np.clip(np.asarray(ft.tpot_s, np.float64), TPOT_GRID_LOW_S, TPOT_GRID_HIGH_S) / TPOT_GRID_LOW_S)
+        cell = np.minimum((cell / math.log(TPOT_GRID_HIGH_S / TPOT_GRID_LOW_S) * TPOT_GRID_POINTS).astype(int),
+                          TPOT_GRID_POINTS - 1)
+        self.tpot += np.bincount(cell.reshape(-1), np.asarray(ft.tpot_requests, np.float64).reshape(-1),
+                                 TPOT_GRID_POINTS)
+
+    def tpot_quantiles(self, qs: Sequence[float]) -> list[float]:
+        """Per-request TPOT [s per token] at each quantile in `qs` of the good finished requests,
+        the geometric middle of its grid cell; NaN where none finished (or not "request" accounting)."""
+        total = self.tpot.sum()
+        if total <= 0.0:
+            return [math.nan for _ in qs]
+        cdf = np.cumsum(self.tpot) / total
+        width = math.log(TPOT_GRID_HIGH_S / TPOT_GRID_LOW_S) / TPOT_GRID_POINTS
+        cells = [int(np.searchsorted(cdf, q, side="left")) for q in qs]
+        return [TPOT_GRID_LOW_S * math.exp((min(c, TPOT_GRID_POINTS - 1) + 0.5) * width) for c in cells]
 
 
 def row(rate: float | str, pooled: Pooled) -> dict[str, float | str]:

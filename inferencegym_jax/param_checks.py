@@ -29,7 +29,7 @@ from inferencegym_jax.task_config import (
     TaskConfig,
     WorkloadConfig,
 )
-from inferencegym_jax.traffic.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
+from inferencegym_jax.traffic.workload import LENGTH_KINDS, LENGTH_STRATA_RULES, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import Spec
 
 _LENGTH_FIELDS = ("low", "high", "median1", "sigma1", "median2", "sigma2", "weight2")
@@ -147,6 +147,9 @@ def _check_across_leaves(params: Any) -> None:
             raise ValueError(f"params.workload.{dist}.low must be <= params.workload.{dist}.high")
     if wl.schedule not in SCHEDULES:
         raise ValueError(f"params.workload.schedule={wl.schedule!r}: must be one of {list(SCHEDULES)}")
+    if wl.length_strata not in LENGTH_STRATA_RULES:
+        raise ValueError(f"params.workload.length_strata={wl.length_strata!r}: must be one of "
+                         f"{list(LENGTH_STRATA_RULES)}")
     if (wl.schedule == "trace") != (wl.trace is not None):
         raise ValueError("params.workload.trace must be set exactly when params.workload.schedule='trace'")
     knobs = params.active_knobs

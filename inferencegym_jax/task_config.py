@@ -22,7 +22,7 @@ from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
 from inferencegym_jax.reward import KINDS as REWARD_KINDS
 from inferencegym_jax.serving.types import ENGINES, SLO_ACCOUNTINGS
-from inferencegym_jax.traffic.workload import LENGTH_KINDS, NUM_CLASSES, SCHEDULES
+from inferencegym_jax.traffic.workload import LENGTH_KINDS, LENGTH_STRATA_RULES, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 
 # What a score of 1 is (inferencegym_jax.graders, "Score scale").
@@ -117,6 +117,10 @@ class WorkloadConfig:
     prompt: LengthConfig | None = None
     output: LengthConfig | None = None
     burst_prompt: LengthConfig | None = None  # prompt lengths of requests arriving in a burst (default: prompt)
+    length_strata: str | None = choice(LENGTH_STRATA_RULES, "how an interval's prompt-length strata (the mixed "
+                                       "engine's TTFT nodes) follow from the law: moments (v0-v2 tasks, the "
+                                       "default) or clamped (none above the law's high; "
+                                       "inferencegym_jax.traffic.strata)", optional=True)
 
     REQUIRED = {
         "constant": ("base_rate", "prompt", "output"),

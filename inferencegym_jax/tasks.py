@@ -169,6 +169,7 @@ def _workload(cfg: WorkloadConfig) -> workload.WorkloadParams:
         burst_prompt=_lengths(cfg.burst_prompt or cfg.prompt or _UNUSED_LENGTHS),
         trace=trace,
         schedule=cfg.schedule,
+        length_strata=cfg.length_strata or "moments",
     )
 
 

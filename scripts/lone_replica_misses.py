@@ -8,8 +8,12 @@ TPOT SLO 50 ms for its class, judged at completion) serving the code service's r
 7,437; outputs median 10.6 tokens) with the fleet's replica configuration, at a constant Poisson
 rate, as a single-server env (`InferenceGym-Task1-v2`'s constant schedule with those lengths and
 SLOs). Each rate runs three times: with both SLOs, with the TTFT SLO alone (TPOT SLO 10 s) and with
-the TPOT SLO alone (TTFT SLO 1,000 s), so the misses split by cause. KEYS episodes of STEPS 1-s
-intervals, the first WARMUP dropped; keys from `evaluate.training_key(0)`.
+the TPOT SLO alone (TTFT SLO 1,000 s), so the misses split by cause, and under three models
+(VARIANTS): Fleet1-v1's and task 1-v2's (the "moments" prompt-length strata, TPOT judged per
+interval: "completion" accounting); with the "clamped" strata (`traffic.strata`: no length node
+above the law's longest prompt); and with those and TPOT judged on each request's mean as vLLM
+reports it ("request" accounting, `serving.request_tpot`). KEYS episodes of STEPS 1-s intervals,
+the first WARMUP dropped; keys from `evaluate.training_key(0)`.
 
 The same replica inside a fleet of N receives 1/N of every second's arrivals of the fleet
 (`fleet.routing`: the expected-value split), which is what a single server at rate/N sees only
@@ -42,14 +46,19 @@ WORKLOAD = {"schedule": "constant", "class_mix": [0.0, 1.0, 0.0],
             "output": {"kind": "lognormal", "median1": 10.6, "sigma1": 0.85, "low": 6, "high": 1899}}
 TTFT_SLO_S, TPOT_SLO_S = [1.0, 2.0, 8.0], [0.05, 0.05, 0.05]
 OFF_TTFT_S, OFF_TPOT_S = [1000.0] * 3, [10.0] * 3  # the largest SLOs the config allows: never missed here
+# (workload.LENGTH_STRATA_RULES, serving.types.SLO_ACCOUNTINGS): the shipped model, then each change
+VARIANTS = (("moments", "completion"), ("clamped", "completion"), ("clamped", "request"))
 CASES = {"both": (TTFT_SLO_S, TPOT_SLO_S), "ttft_only": (TTFT_SLO_S, OFF_TPOT_S), "tpot_only": (OFF_TTFT_S, TPOT_SLO_S)}
 
 
-def misses(rate: float, ttft_slo: list[float], tpot_slo: list[float]) -> dict[str, float]:
+def misses(rate: float, ttft_slo: list[float], tpot_slo: list[float], rule: str = "moments",
+           accounting: str = "completion") -> dict[str, float]:
     """Missed / completed over KEYS episodes, the share of intervals with a miss, the
-    completion-weighted mean of the intervals' TPOT [s] and its 99th percentile over intervals."""
-    env, params = ig.make("InferenceGym-Task1-v2", max_steps=STEPS + 1, workload=dict(WORKLOAD, base_rate=rate),
-                          server={"ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo})
+    completion-weighted mean of the intervals' TPOT [s] and its 99th percentile over intervals,
+    under the prompt-length strata rule `rule` and the SLO accounting `accounting`."""
+    env, params = ig.make("InferenceGym-Task1-v2", max_steps=STEPS + 1,
+                          workload=dict(WORKLOAD, base_rate=rate, length_strata=rule),
+                          server={"ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo, "slo_accounting": accounting})
     config = make_fleet("InferenceGym-Fleet1-v1")[1].replica_config
 
     def episode(key: jax.Array) -> tuple[jax.Array, ...]:
@@ -75,11 +84,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args(argv)
     rows = []
-    for rate in RATES:
-        for case, (ttft_slo, tpot_slo) in CASES.items():
-            row = {"rate": rate, "slos": case, **misses(rate, ttft_slo, tpot_slo)}
-            rows.append(row)
-            print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+    for rule, accounting in VARIANTS:
+        for rate in RATES:
+            for case, (ttft_slo, tpot_slo) in CASES.items():
+                row = {"length_strata": rule, "slo_accounting": accounting, "rate": rate, "slos": case,
+                       **misses(rate, ttft_slo, tpot_slo, rule, accounting)}
+                rows.append(row)
+                print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
     doc = {"what": "a lone Fleet1 replica's SLO misses by cause (scripts/lone_replica_misses.py's docstring)",
            "command": "python scripts/lone_replica_misses.py",
            "made_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGE = "inferencegym_jax"
 CODE = re.compile(r"`([^`]+)`")
-PHASE_TESTS = ("test_serving.py", "test_goodput.py", "test_mixed_engine.py")
+PHASE_TESTS = ("test_serving.py", "test_goodput.py", "test_mixed_engine.py", "test_request_tpot.py")
 
 
 # ---------------------------------------------------------------- the doc's tables

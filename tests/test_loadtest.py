@@ -19,11 +19,12 @@ from scipy import optimize
 
 from inferencegym_jax import loadtest, perf_model, request_stats
 from inferencegym_jax.cli import main
-from inferencegym_jax.cli.loadtest_command import ENGINE_CHOICES, GPU_CHOICES
+from inferencegym_jax.cli.loadtest_command import ENGINE_CHOICES, GPU_CHOICES, STRATA_CHOICES
 from inferencegym_jax.loadtest import ROW_KEYS, LoadPoint, run_loadtest
 from inferencegym_jax.request_stats import GRID_RATIO, TtftCdf, mixture_quantiles
 from inferencegym_jax.serving.mixed import MEASURED_REQUEST_OVERHEAD_S
 from inferencegym_jax.serving.types import ENGINES
+from inferencegym_jax.traffic import workload
 
 RUN = {"seconds": 120, "warmup": 20, "episodes": 4}  # 480 measured seconds per row
 LOW, HIGH = 2.0, 12.0  # [req/s] offered: ~13 % and ~80 % of A100 cap 64's 512/128 capacity (~14.4)
@@ -228,6 +229,7 @@ def test_rows_do_not_depend_on_the_batch_size(rows):
 def test_the_gpu_and_engine_choices_are_the_libraries():
     assert GPU_CHOICES == loadtest.GPUS
     assert ENGINE_CHOICES == ENGINES
+    assert STRATA_CHOICES == workload.LENGTH_STRATA_RULES
 
 
 @pytest.mark.parametrize(("kwargs", "named"), [
@@ -238,6 +240,7 @@ def test_the_gpu_and_engine_choices_are_the_libraries():
     ({"quant_tier": "fp8"}, "quant_tier='fp8'"),
     ({"prefill_disagg": 2}, "prefill_disagg=2"),
     ({"engine": "exact"}, "engine='exact': must be one of ['fluid', 'mixed']"),
+    ({"length_strata": "law"}, "length_strata='law': must be one of ['moments', 'clamped']"),
     ({"prompt": {"kind": "zipf", "low": 1, "high": 2}}, "prompt.kind='zipf'"),
     ({"output": {"kind": "lognormal", "low": 1, "high": 2}}, "'output.median1' is missing"),
 ])

@@ -41,12 +41,15 @@ NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
 # The physics tasks and the mixed engine's (serving.mixed): an MMPP task and a trace task.
 MIXED_TASK_IDS = ["InferenceGym-Task3-v2", "InferenceGym-Task4-v2"]
 # The fast tier runs the fast physics task and task 3-v2 (the mixed engine); the slow tier the others.
+# Variants: an env id, "+", and the options of VARIANTS (per-request TPOT and the "clamped" length strata).
+VARIANTS = {"request": {"server": {"slo_accounting": "request"}, "workload": {"length_strata": "clamped"}}}
 PARITY_TASKS = [pytest.param(p.values[0], id=p.id) if p.id == MIXED_TASK_IDS[0] else p
                 for p in physics_task_params(list(dict.fromkeys(PHYSICS_TASK_IDS + MIXED_TASK_IDS)))]
+PARITY_TASKS += [pytest.param(f"{MIXED_TASK_IDS[1]}+request", id=f"{MIXED_TASK_IDS[1]}+request", marks=pytest.mark.slow)]
 FULL_GRID = (10, 5, 13, 2, 3)  # grid sizes of the five knobs: masked knobs get indices too, both must clip them
 # The pytree classes the reference may import from the JAX side, to build its outputs in the same structure.
-SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "OnTime", "IntervalMetrics", "EnvState", "Observation", "Draws",
-                  "Arrivals", "WorkloadState", "ServingAction"}
+SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "OnTime", "TpotCohorts", "IntervalMetrics", "EnvState",
+                  "Observation", "Draws", "Arrivals", "WorkloadState", "ServingAction"}
 
 
 def assert_close(name: str, got, want, rtol: float = 1e-3, scale_tol: float = 1e-4, atol: float = 1e-6) -> None:
@@ -92,7 +95,8 @@ def jax_rollout(env_id: str):
     state in, the actions, the draws and reset uniforms step used, everything step returned, and
     what those draws and uniforms give through the public workload functions. Cached: the tests
     below share one rollout per task."""
-    env, params = ig.make(env_id, max_steps=HORIZON)
+    env_id, _, variant = env_id.partition("+")
+    env, params = ig.make(env_id, max_steps=HORIZON, **VARIANTS.get(variant, {}))
     dt = params.server.dt_s
     horizon_s = params.max_steps_in_episode * dt
     vmap_envs = dict(in_axes=(0, 0, 0, None, None))
@@ -259,6 +263,7 @@ def shrink_server(state, arrivals, factor):
         jax.tree_util.tree_map(scale, state.queue), jax.tree_util.tree_map(scale, state.running),
         jax.tree_util.tree_map(scale, state.preempted), state.stall_s, state.prefill_warmup_s, state.config,
         state.started, jax.tree_util.tree_map(scale, state.on_time),
+        None if state.tpot is None else state.tpot.scaled(factor[:, None, None]),  # amounts, not per-sequence means
     )
     return smaller, jax.tree_util.tree_map(scale, arrivals)
 

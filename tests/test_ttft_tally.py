@@ -18,7 +18,7 @@ CELL = ttft_tally.GRID_RATIO - 1.0  # a quantile's largest relative error: one g
 def exact_quantiles(parts: list[RequestLatency], qs: tuple[float, ...]) -> np.ndarray:
     """Quantiles of the pooled mixtures by bisection on their exact float64 CDF."""
     lo, hi, w, c, theta, v = (np.concatenate([np.asarray(getattr(p, f), np.float64).ravel() for p in parts])
-                              for f in RequestLatency._fields)
+                              for f in RequestLatency._fields[:6])  # the TTFT mixture, not the TPOT groups
     lo, hi, w = lo[w > 0], hi[w > 0], w[w > 0]
     c, theta, v = c[v > 0], theta[v > 0], v[v > 0]
 
@@ -45,7 +45,8 @@ def random_latency(rng: np.random.Generator, uniforms: int = 48, exps: int = 45)
     shift = rng.uniform(0.011, 0.3, exps)
     scale = rng.uniform(1e-3, 0.5, exps)
     ereq = rng.exponential(3.0, exps) * (rng.random(exps) < 0.8)
-    return RequestLatency(*(jnp.asarray(a, jnp.float32) for a in (low, high, req, shift, scale, ereq)))
+    none = np.zeros(1)  # no per-request TPOT ("request" accounting's): not the tally's
+    return RequestLatency(*(jnp.asarray(a, jnp.float32) for a in (low, high, req, shift, scale, ereq, none, none)))
 
 
 def test_quantiles_are_within_one_grid_cell_and_the_mean_is_exact():
@@ -76,6 +77,8 @@ def test_empty_components_with_nan_parameters_change_nothing():
         exp_shift_s=jnp.where(part.exp_requests > 0, part.exp_shift_s, jnp.nan),
         exp_scale_s=jnp.where(part.exp_requests > 0, part.exp_scale_s, 0.0),
         exp_requests=part.exp_requests,
+        tpot_s=part.tpot_s,
+        tpot_requests=part.tpot_requests,
     )
     clean, dirty = ttft_tally.fold(ttft_tally.empty(), part), ttft_tally.fold(ttft_tally.empty(), poisoned)
     jax.tree_util.tree_map(np.testing.assert_array_equal, dirty, clean)

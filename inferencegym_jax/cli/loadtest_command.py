@@ -26,11 +26,13 @@ from inferencegym_jax.profiles import QUANT_TIERS
 # (tests/test_loadtest.py checks that they agree).
 GPU_CHOICES = ("a100-80gb", "h100-sxm")
 ENGINE_CHOICES = ("fluid", "mixed")  # serving.types.ENGINES, likewise
+STRATA_CHOICES = ("moments", "clamped")  # workload.LENGTH_STRATA_RULES, likewise
+ACCOUNTING_CHOICES = ("completion", "request")  # serving.types.SLO_ACCOUNTINGS less v0's "admission"
 # The flag of each LoadPoint field (for the messages of its checks).
 FIELD_FLAGS = {"gpu": "--gpu", "batch_size": "--batch-size", "kv_budget": "--kv-budget",
                "spec_length": "--spec-length", "quant_tier": "--quant-tier", "prefill_disagg": "--prefill-disagg",
                "max_batched_tokens": "--max-batched-tokens", "prompt": "--prompt", "output": "--output",
-               "engine": "--engine"}
+               "engine": "--engine", "length_strata": "--length-strata", "slo_accounting": "--slo-accounting"}
 EXAMPLE_TABLE = """'{"kind": "uniform", "low": 512, "high": 512}'"""
 
 
@@ -130,6 +132,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help="output lengths: a task file's length table as JSON")
     p.add_argument("--engine", choices=ENGINE_CHOICES, default=None,
                    help="the engine model (default: the base task's; docs/GUIDE.md, Fidelity)")
+    p.add_argument("--length-strata", dest="length_strata", choices=STRATA_CHOICES, default=None,
+                   help="prompt-length strata of the mixed engine's TTFT (default: moments; "
+                        "inferencegym_jax.traffic.strata)")
+    p.add_argument("--slo-accounting", dest="slo_accounting", choices=ACCOUNTING_CHOICES, default=None,
+                   help="request: TPOT per request as vLLM reports it (default: the base task's; "
+                        "inferencegym_jax.serving.request_tpot)")
     p.add_argument("--rate", type=float, nargs="+", default=None, help="offered Poisson rates [req/s]")
     p.add_argument("--saturation", action="store_true", help="add the saturation row (inferencegym_jax.loadtest)")
     p.add_argument("--seconds", type=positive_int, default=600, help="measured seconds per episode")

@@ -101,7 +101,7 @@ def _window_grade(env: InferenceGymEnv, params: EnvParams, state: EnvState, acti
     total = {k: past[k] + jnp.sum(window[k]) for k in graders.SUM_FIELDS}
     server = end.server
     backlog = jnp.sum(server.queue.count)
-    if params.server.slo_accounting == "completion":
+    if params.server.slo_accounting != "admission":  # the running requests already late
         backlog = backlog + server.on_time.late_seqs
     backlog = jnp.where(is_open, backlog, 0.0)
     total = {**total, "decided": total["decided"] + backlog, "violations": total["violations"] + backlog}

@@ -304,7 +304,7 @@ class FleetEnv(TaskIdentity[FleetParams]):
         start = starts[jnp.minimum((u[-1] * starts.shape[0]).astype(jnp.int32), starts.shape[0] - 1)]
         episode_min = whole_minutes(params.max_steps_in_episode * params.control_interval_s)
         r = params.num_replicas
-        fleet = initial_fleet(params.replica_config, params.server.num_age_buckets, r, 0)
+        fleet = initial_fleet(params.replica_config, params.server.num_age_buckets, r, 0, params.server.slo_accounting)
         fleet = dataclasses.replace(fleet, active=jnp.arange(r) < params.initial_replicas)
         expected = requests_between(params.curve, start, episode_min)
         horizon_s = params.max_steps_in_episode * params.control_interval_s

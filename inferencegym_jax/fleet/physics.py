@@ -78,7 +78,8 @@ def retire_drained(servers: ServerState, active: Array, draining: Array) -> tupl
     pools = pooled_requests(servers)
     retire = active & draining & (pools < EMPTY_BELOW_REQUESTS)
     buckets = servers.queue.count.shape[-1]
-    fresh = jax.vmap(lambda c: serving.initial_state(c, buckets))(servers.config)
+    accounting = "admission" if servers.tpot is None else "request"  # only the cohorts' presence matters here
+    fresh = jax.vmap(lambda c: serving.initial_state(c, buckets, accounting))(servers.config)
     servers = select_replicas(retire, fresh, servers)
     residue = jnp.sum(jnp.where(retire, pools, 0.0))
     return servers, active & ~retire, draining & ~retire, residue

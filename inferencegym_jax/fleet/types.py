@@ -129,7 +129,8 @@ def stack_configs(config: ServingAction, num_replicas: int) -> ServingAction:
     return ServingAction(**{k: one(k, getattr(config, k)) for k in ServingAction.__dataclass_fields__})
 
 
-def initial_fleet(config: ServingAction, num_age_buckets: int, num_replicas: int, num_active: int) -> FleetState:
+def initial_fleet(config: ServingAction, num_age_buckets: int, num_replicas: int, num_active: int,
+                  slo_accounting: str = "admission") -> FleetState:
     """A fleet of `num_replicas` empty servers, the first `num_active` of them active (up, not
     yet configured: their first configuration is free, as `serving.initial_state`'s), the rest idle.
 
@@ -139,6 +140,7 @@ def initial_fleet(config: ServingAction, num_age_buckets: int, num_replicas: int
       num_age_buckets: static int, `ServerParams.num_age_buckets`.
       num_replicas: static int R >= 1.
       num_active: int in [0, R].
+      slo_accounting: static str, `ServerParams.slo_accounting` ("request" adds TPOT cohorts).
 
     Raises:
       ValueError: `num_replicas` < 1 or `num_active` outside [0, num_replicas].
@@ -147,7 +149,8 @@ def initial_fleet(config: ServingAction, num_age_buckets: int, num_replicas: int
         raise ValueError(f"num_replicas={num_replicas} must be >= 1")
     if not 0 <= num_active <= num_replicas:
         raise ValueError(f"num_active={num_active} must be in [0, {num_replicas}] (num_replicas)")
-    servers = jax.vmap(lambda c: initial_state(c, num_age_buckets))(stack_configs(config, num_replicas))
+    servers = jax.vmap(lambda c: initial_state(c, num_age_buckets, slo_accounting))(
+        stack_configs(config, num_replicas))
     index = jnp.arange(num_replicas)
     return FleetState(
         servers=servers,

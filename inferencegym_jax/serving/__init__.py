@@ -19,6 +19,8 @@ the module of its concept:
   admission.age_queue       the admitted removed, the oldest timed out, the rest one older
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
   goodput.*                 the running requests still meeting both SLOs ("completion" accounting)
+  request_tpot.*            the good running requests by cohort, TPOT judged on each request's mean
+                            ("request" accounting; no-ops otherwise)
 
 With `ServerParams.engine == "mixed"` (`serving.mixed`: prompt chunks in the decode iterations,
 one forward each; fresh arrivals' TTFT from the iteration chain) the profile is the tier's with the
@@ -57,6 +59,13 @@ from inferencegym_jax.serving.mixed import (
     mixed_first_token,
     mixed_prefill,
     mixed_profile,
+)
+from inferencegym_jax.serving.request_tpot import (
+    admit_to_cohorts,
+    cohorts_at_start,
+    finished_by_cohort,
+    judge_cohorts,
+    rescale_cohorts,
 )
 from inferencegym_jax.serving.types import (
     SLO_ACCOUNTINGS,
@@ -108,6 +117,10 @@ class RequestLatency(NamedTuple):
       exp_shift_s: [s] the exponential components' smallest TTFT (>= 0).
       exp_scale_s: [s] their mean TTFT above the shift (> 0).
       exp_requests: [requests] requests in each exponential component.
+      tpot_s: [s per token] the per-request TPOT of each group of good requests that finished in
+        the interval, under "request" SLO accounting (`request_tpot.finished_by_cohort`: one per cohort);
+        (1,) zeros otherwise.
+      tpot_requests: [requests] finished good requests in each group.
     """
 
     low_s: jnp.ndarray
@@ -116,6 +129,8 @@ class RequestLatency(NamedTuple):
     exp_shift_s: jnp.ndarray
     exp_scale_s: jnp.ndarray
     exp_requests: jnp.ndarray
+    tpot_s: jnp.ndarray
+    tpot_requests: jnp.ndarray
 
 
 if TYPE_CHECKING:  # the two call shapes; the implementation below is the one module-level function of the name
@@ -146,7 +161,9 @@ def serve_interval(
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     before_shrink = running
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
-    on_time = state.on_time.scaled(kept_share(state.running, before_shrink) * kept_share(before_shrink, running))
+    kept = kept_share(state.running, before_shrink) * kept_share(before_shrink, running)
+    on_time = state.on_time.scaled(kept)
+    cohorts = cohorts_at_start(state.tpot, kept, params)  # None unless "request" accounting
     queue = enqueue(state.queue, arrivals)
     if mixed:
         limits, it, law = mixed_admission_limits(running, preempted, queue, arrivals, engine, capacity, config,
@@ -162,6 +179,7 @@ def serve_interval(
     else:
         on_time = admit_on_time(on_time, admission.admitted, admission.readmitted, ttft, params)
         binned = ttft
+    on_time, cohorts = admit_to_cohorts(on_time, cohorts)
     re = admission.readmitted
     if mixed:
         new = Sequences(re.seqs + pass_.new_requests, pass_.tokens, re.remaining + pass_.new_output)
@@ -174,10 +192,15 @@ def serve_interval(
         running, produced = decode(before_decode, pass_.decode_s, limits.tokens_per_step, config, profile,
                                    params.dt_s)
     on_time, good = decode_on_time(on_time, before_decode, running, produced.tpot_s, params)
+    # the finished good requests' per-request TPOT, for `with_requests` (else unused: XLA drops it)
+    tpot_law = finished_by_cohort(cohorts, before_decode, running, produced.tpot_s, params)
+    cohorts, good = judge_cohorts(cohorts, good, before_decode, running, produced.tpot_s, params)
     before_overflow = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
-    on_time = on_time.scaled(kept_share(before_overflow, running))
+    kept = kept_share(before_overflow, running)
+    on_time = on_time.scaled(kept)
+    cohorts = rescale_cohorts(cohorts, kept)
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
     if mixed:
         late = jnp.where((produced.tpot_s > params.tpot_slo_s)[:, None], 1.0, ttft_late)
@@ -190,28 +213,28 @@ def serve_interval(
     else:
         outcome = SloOutcome(produced.completed, good.missed, good.good_tokens)
     next_state = ServerState(next_queue, running, preempted, memory.stall_s, engine.prefill_warmup_s, config,
-                             jnp.ones((), bool), on_time)
+                             jnp.ones((), bool), on_time, cohorts)
     metrics = interval_metrics(
         next_state, arrivals, engine, pass_.tokens, pass_.new_requests, produced, memory, latency, outcome,
         timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,
     )
     if not with_requests:
         return next_state, metrics
-    if mixed:
-        return next_state, metrics, request_latency(ttft, admission.admitted.count, fresh)
-    return next_state, metrics, request_latency(ttft, admission.admitted.count, None)
+    return next_state, metrics, request_latency(ttft, admission.admitted.count, fresh if mixed else None, tpot_law)
 
 
-def request_latency(ttft: FirstToken, admitted: jnp.ndarray, fresh: FreshTTFT | None) -> RequestLatency:
+def request_latency(ttft: FirstToken, admitted: jnp.ndarray, fresh: FreshTTFT | None,
+                    tpot_law: tuple[jnp.ndarray, jnp.ndarray]) -> RequestLatency:
     """The interval's `RequestLatency`: the per-bin uniforms of the `admitted` (3, A) requests, the
-    fresh bin (age 0) as `fresh`'s exponentials when the mixed engine gives them."""
+    fresh bin (age 0) as `fresh`'s exponentials when the mixed engine gives them, and `tpot_law`
+    (`request_tpot.finished_by_cohort`: each cohort's mean TPOT and finished good requests)."""
     low = jnp.maximum(ttft.centre_s - ttft.half_width_s, 0.0)
     high = jnp.maximum(ttft.centre_s + ttft.half_width_s, low)
     if fresh is None:
         none = jnp.zeros((1,), jnp.float32)
-        return RequestLatency(low, high, admitted, none, none + 1.0, none)
+        return RequestLatency(low, high, admitted, none, none + 1.0, none, *tpot_law)
     aged = jnp.where(jnp.arange(admitted.shape[1]) < 1, 0.0, admitted)
-    return RequestLatency(low, high, aged, fresh.shift_s, fresh.scale_s, fresh.requests)
+    return RequestLatency(low, high, aged, fresh.shift_s, fresh.scale_s, fresh.requests, *tpot_law)
 
 
 def serve_interval_with_requests(

@@ -9,6 +9,7 @@ from jax import Array
 
 from inferencegym_jax import perf_model
 from inferencegym_jax.actions import ServingAction
+from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.traffic.workload import NUM_CLASSES
 
 
@@ -35,7 +36,9 @@ class ServerParams:
         "admission" (v0 tasks: at admission, against the TTFT and the interval's TPOT) or
         "completion" (DistServe goodput: a request is good when it meets its TTFT SLO and its
         class's TPOT SLO in every interval it decodes; goodput is the output tokens of such
-        requests as they are generated, attainment is counted when requests finish).
+        requests as they are generated, attainment is counted when requests finish) or "request"
+        (the same, with TPOT judged as vLLM reports it, on each request's mean over its decode:
+        `serving.request_tpot`).
       engine: static str, the engine model (`ENGINES`): "fluid" (the v0/v1 tasks': one prefill
         pass per interval, then decode; `serving.latency`) or "mixed" (prefill chunks ride in the
         decode iterations, one forward each, and fresh arrivals' TTFT follows the iteration-length
@@ -56,14 +59,14 @@ class ServerParams:
     engine: str = struct.field(pytree_node=False, default="fluid")
 
 
-SLO_ACCOUNTINGS = ("admission", "completion")
+SLO_ACCOUNTINGS = ("admission", "completion", "request")
 ENGINES = ("fluid", "mixed")
 
 
 def judged_metric(slo_accounting: str) -> str:
     """The IntervalMetrics field counting the requests an interval judged against their SLOs:
-    "admitted", or "completed" under "completion" accounting (serving.goodput)."""
-    return "completed" if slo_accounting == "completion" else "admitted"
+    "admitted", or "completed" under "completion" and "request" accounting (serving.goodput)."""
+    return "admitted" if slo_accounting == "admission" else "completed"
 
 
 @struct.dataclass
@@ -89,6 +92,45 @@ class OnTime:
     def scaled(self, fraction: Array) -> OnTime:
         """Every field times `fraction` (a scalar share of the running pool)."""
         return OnTime(fraction * self.seqs, fraction * self.remaining, fraction * self.late_seqs)
+
+
+# [intervals] cohorts tracked. At Fleet1's and the cross-check's lengths a request decodes for 1-10 s
+# (10-200 output tokens at 20-50 ms); 16 keep every cohort of a 1-s interval apart until its mean is
+# settled, and the longest outputs (2,048 tokens, ~40-100 s) share the last cohort's mean.
+TPOT_COHORTS = 16
+
+
+@struct.dataclass
+class TpotCohorts:
+    """The good running sequences by the interval of their first token, for "request" SLO
+    accounting (`serving.request_tpot`); H = TPOT_COHORTS.
+
+    Attributes:
+      seqs: float32 (3, H) [sequences] per class and cohort.
+      remaining: float32 (3, H) [tokens] of output they still have to generate.
+      decode_s: float32 (H,) [s] wall time since the first token, per sequence of the cohort.
+      tokens: float32 (H,) [tokens] output tokens emitted since the first token, per sequence.
+    """
+
+    seqs: Array
+    remaining: Array
+    decode_s: Array
+    tokens: Array
+
+    def scaled(self, fraction: Array) -> TpotCohorts:
+        """Every cohort's sequences and tokens to go times `fraction` (a share of the running pool)."""
+        return TpotCohorts(fraction * self.seqs, fraction * self.remaining, self.decode_s, self.tokens)
+
+    def mean_tpot_s(self) -> Array:
+        """float32 (H,) [s per token] each cohort's mean TPOT so far (0 before its first token)."""
+        return safe_div(self.decode_s, self.tokens)
+
+
+def empty_cohorts() -> TpotCohorts:
+    """No good running sequence."""
+    return TpotCohorts(jnp.zeros((NUM_CLASSES, TPOT_COHORTS), jnp.float32),
+                       jnp.zeros((NUM_CLASSES, TPOT_COHORTS), jnp.float32),
+                       jnp.zeros((TPOT_COHORTS,), jnp.float32), jnp.zeros((TPOT_COHORTS,), jnp.float32))
 
 
 @struct.dataclass
@@ -155,7 +197,10 @@ class ServerState:
       prefill_warmup_s: float32 [s] until a newly requested prefill GPU is ready.
       config: ServingAction in force (the task default before the first interval).
       started: bool, whether the engine has been configured once; the first configuration is free.
-      on_time: OnTime, the part of `running` still on course to meet both SLOs.
+      on_time: OnTime, the part of `running` still on course to meet both SLOs; under "request"
+        accounting only its late part (the good part is `tpot`).
+      tpot: TpotCohorts of the good running sequences under "request" accounting
+        (`serving.request_tpot`), else None.
     """
 
     queue: Queue
@@ -166,6 +211,7 @@ class ServerState:
     config: ServingAction
     started: Array
     on_time: OnTime
+    tpot: TpotCohorts | None = None
 
 
 @struct.dataclass
@@ -235,10 +281,11 @@ class IntervalMetrics:
     class_share: Array
 
 
-def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
+def initial_state(config: ServingAction, num_age_buckets: int, slo_accounting: str = "admission") -> ServerState:
     """An idle server with an empty queue, not yet started: its first configuration is free.
 
-    `config` (the task default) is what the server reports as in force until it is configured.
+    `config` (the task default) is what the server reports as in force until it is configured;
+    `slo_accounting` (`ServerParams.slo_accounting`) "request" adds the empty TPOT cohorts.
     """
     zeros = jnp.zeros((NUM_CLASSES, num_age_buckets), jnp.float32)
     z = jnp.zeros((), jnp.float32)
@@ -252,6 +299,7 @@ def initial_state(config: ServingAction, num_age_buckets: int) -> ServerState:
         started=jnp.zeros((), bool),
         on_time=OnTime(jnp.zeros((NUM_CLASSES,), jnp.float32), jnp.zeros((NUM_CLASSES,), jnp.float32),
                        jnp.zeros((), jnp.float32)),
+        tpot=empty_cohorts() if slo_accounting == "request" else None,
     )
 
 

@@ -5,6 +5,22 @@ represented by 5 strata of probability `LENGTH_STRATA_W`, each at the standard-n
 its middle (`LENGTH_STRATA_Z`: scipy.stats.norm.ppf of 0.2, 0.55, 0.8, 0.94, 0.99), finest at the
 top, where the longest prompts make the TTFT tail. A stratum's length is given relative to the
 mean (`length_strata`), so a bin's mean scales it.
+
+Two rules turn a law's strata into an interval's (`workload.WorkloadParams.length_strata`):
+  "moments" (v0-v2 tasks, Fleet1-v1): the law's strata as they are, scaled to the interval's mean.
+    The interval's prompt sum is itself drawn (`workload`: the normal law of a sum of n lengths), so
+    for a few requests the spread of one length is counted twice, and the lognormal of the law's
+    two moments ignores the law's clamp: one request drawn at a clamped law's longest prompt puts
+    its top stratum at 4.6 times that (experiments/results/lone_replica_misses.json: a lone
+    replica at 0.05 req/s saw 0.44 % of its first tokens past 2 s, where its longest prompt
+    prefills in 0.6 s).
+  "clamped": the same strata with none above the law's longest prompt (`capped_strata` at
+    `LengthDist.high` over the interval's mean), the excess raised onto the strata below. A
+    replayed trace keeps "moments" (the trace's longest prompt is not kept).
+  Two further rules that also drop the double count, the law's own quantiles unscaled and the
+  strata capped at the interval's sum, under-stated the TTFT tail against the exact scheduler
+  (experiments/crosscheck/README.md, "Length strata"): the interval's sum is drawn from a normal
+  law, thin-tailed for a few requests, and the double count made up for it.
 """
 
 from __future__ import annotations
@@ -37,3 +53,16 @@ def strata_of_sums(count: Array, prompt: Array, prompt_sq: Array) -> Array:
     """`length_strata` of the lognormal with the mean and mean square of `count` lengths summing to
     `prompt` [tokens] and their squares to `prompt_sq` [tokens^2] (any equal shapes)."""
     return length_strata(log_sd_of(safe_div(prompt, count), safe_div(prompt_sq, count)))
+
+
+
+def capped_strata(strata: Array, cap: Array) -> Array:
+    """`strata` (3, 5) relative to an interval's mean with none above `cap` (3,) (relative to the
+    mean too; taken as at least 1, the mean itself): the clipped excess is raised onto the strata
+    below in proportion to their room to the cap, so the weighted mean (`LENGTH_STRATA_W`) stays 1
+    (a cap >= 1 leaves room enough) and the order is kept; float32 (3, 5)."""
+    w = jnp.asarray(LENGTH_STRATA_W, jnp.float32)
+    cap = jnp.maximum(cap, 1.0)[:, None]
+    clipped = jnp.minimum(strata, cap)
+    weighted = jnp.sum(w * clipped, axis=-1, keepdims=True)
+    return clipped + (cap - clipped) * safe_div(1.0 - weighted, cap - weighted)

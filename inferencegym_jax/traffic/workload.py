@@ -39,11 +39,16 @@ from flax import struct
 from jax import Array
 from jax.scipy.special import ndtr
 
+from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.traffic import sampling
-from inferencegym_jax.traffic.strata import length_strata, log_sd_of, strata_of_sums
+from inferencegym_jax.traffic.strata import capped_strata, length_strata, log_sd_of, strata_of_sums
 
 NUM_CLASSES = 3
 SCHEDULES = ("constant", "periodic", "mmpp", "trace")
+# How an interval's prompt-length strata follow from its law (`strata` module docstring): "moments" (the
+# v0-v2 tasks and Fleet1-v1: the lognormal of the law's two moments, scaled to the interval's mean) or
+# "clamped" (the same, with no stratum above the law's longest prompt, `LengthDist.high`).
+LENGTH_STRATA_RULES = ("moments", "clamped")
 LENGTH_KINDS = {"uniform": 0, "lognormal": 1, "bimodal": 2}
 
 
@@ -145,6 +150,8 @@ class WorkloadParams:
       burst_prompt: LengthDist of the prompt lengths of requests arriving during a burst.
       trace: Trace for "trace" replay, else None.
       schedule: static str, one of SCHEDULES.
+      length_strata: static str, one of LENGTH_STRATA_RULES: how `Arrivals.prompt_strata` follow
+        from the law's strata (`traffic.strata`).
     """
 
     base_rate: Array
@@ -159,6 +166,7 @@ class WorkloadParams:
     burst_prompt: LengthDist
     trace: Trace | None = None
     schedule: str = struct.field(pytree_node=False, default="constant")
+    length_strata: str = struct.field(pytree_node=False, default="moments")
 
 
 @struct.dataclass
@@ -187,8 +195,9 @@ class Arrivals:
       prompt_strata: float32 (3, len(strata.LENGTH_STRATA_W)) or None, one request's prompt length at
         each length stratum relative to the mean, per class (`strata.length_strata`): of the lognormal
         with the class's length law's two moments (synthetic traffic), or with the whole trace's
-        (a trace); the mixed engine's length nodes (`serving.fresh_ttft`). None where unknown (the
-        engine then takes the spread from the bin's sums).
+        (a trace), given the interval's count and sum under the "conditional" rule
+        (`WorkloadParams.length_strata`); the mixed engine's length nodes (`serving.fresh_ttft`).
+        None where unknown (the engine then takes the spread from the bin's sums).
     """
 
     count: Array
@@ -379,6 +388,8 @@ def advance(
     strata = length_strata(log_sd_of(*length_moments(params.prompt)))
     if params.schedule in ("periodic", "mmpp"):  # both laws' strata, then a select: the exponentials stay per batch
         strata = jnp.where(on, length_strata(log_sd_of(*length_moments(params.burst_prompt))), strata)
+    if params.length_strata == "clamped":  # none above the law's longest prompt
+        strata = capped_strata(strata, safe_div(prompt_dist.high, safe_div(prompt, count)))
     arrivals = Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate, strata)
     if params.schedule == "mmpp":
         start, end = mmpp_flip_probabilities(dt_s, params)

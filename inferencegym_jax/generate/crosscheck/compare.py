@@ -108,15 +108,16 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def load_point(project: dict[str, Any], engine: str = DEFAULT_ENGINE) -> Any:
+def load_point(project: dict[str, Any], engine: str = DEFAULT_ENGINE, length_strata: str | None = None) -> Any:
     """The `loadtest.LoadPoint` of a reference point's `project` block (the issue's settings: kv_budget 1,
-    no speculation, no disaggregation) run by engine model `engine` ("fluid" or "mixed")."""
+    no speculation, no disaggregation) run by engine model `engine` ("fluid" or "mixed"), with the
+    prompt-length strata rule `length_strata` (None: the load test's default)."""
     from inferencegym_jax.loadtest import LoadPoint
 
     return LoadPoint(gpu=project["gpu"], batch_size=int(project["batch_size"]), kv_budget=1.0, spec_length=0,
                      quant_tier=project["quant_tier"], prefill_disagg=0,
                      max_batched_tokens=int(project["max_batched_tokens"]), prompt=project["prompt"],
-                     output=project["output"], engine=check_engine(engine))
+                     output=project["output"], engine=check_engine(engine), length_strata=length_strata)
 
 
 def request_overhead_s(project: dict[str, Any], engine: str = DEFAULT_ENGINE) -> float:
@@ -134,8 +135,8 @@ def request_overhead_s(project: dict[str, Any], engine: str = DEFAULT_ENGINE) ->
 
 
 def project_rows(point: dict[str, Any], settings: dict[str, Any]) -> list[dict[str, Any]]:
-    """`run_loadtest` at a reference point (engine `settings["engine"]`, "fluid" when absent): one row per
-    reference load rate, then the saturation row.
+    """`run_loadtest` at a reference point (engine `settings["engine"]`, "fluid" when absent; the strata rule
+    `settings["length_strata"]` where given): one row per reference load rate, then the saturation row.
 
     Returns rows of float values (ROW_KEYS; `rate` the offered rate [req/s] or "saturation").
     Raises ValueError when the module's rows do not match the rates asked for.
@@ -144,8 +145,9 @@ def project_rows(point: dict[str, Any], settings: dict[str, Any]) -> list[dict[s
 
     rates = [float(r["rate"]) for r in point["rates"]]
     engine = settings.get("engine", DEFAULT_ENGINE)
-    rows = run_loadtest(load_point(point["project"], engine), rates, saturation=True, seconds=settings["seconds"],
-                        warmup=settings["warmup"], episodes=settings["episodes"], seed=settings["seed"])
+    point_ = load_point(point["project"], engine, settings.get("length_strata"))
+    rows = run_loadtest(point_, rates, saturation=True, seconds=settings["seconds"], warmup=settings["warmup"],
+                        episodes=settings["episodes"], seed=settings["seed"])
     expected: list[float | str] = [*rates, "saturation"]
     if [r["rate"] for r in rows] != expected or any(set(ROW_KEYS) - set(r) for r in rows):
         raise ValueError(f"run_loadtest returned rows {[r.get('rate') for r in rows]} for rates {expected}")

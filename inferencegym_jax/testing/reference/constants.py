@@ -115,3 +115,9 @@ GAUSS_LEGENDRE_W = (5.0 / 18.0, 8.0 / 18.0, 5.0 / 18.0)
 # Below this total completion hazard [1] the pool's mean presence is its first-order series
 # 1 - h / 2. Mirrors the 1e-4 of mixed.mean_presence.
 PRESENCE_SERIES_BELOW = F32(1e-4)
+# Cohorts of good running sequences under "request" SLO accounting [intervals]. Mirrors
+# serving.types.TPOT_COHORTS.
+TPOT_COHORTS = 16
+# Floor of the interval TPOT a cohort's tokens are counted with [s per token]. Mirrors
+# serving.request_tpot.MIN_TPOT_S.
+MIN_TPOT_S = F32(1e-9)

@@ -18,7 +18,7 @@ from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.env import EnvState
 from inferencegym_jax.observation import Observation
 from inferencegym_jax.serving import IntervalMetrics, OnTime, Queue, Sequences, ServerState
-from inferencegym_jax.testing.reference import roofline, server, traffic
+from inferencegym_jax.testing.reference import goodput, roofline, server, traffic
 from inferencegym_jax.testing.reference.arrays import select_where, to_numpy
 from inferencegym_jax.testing.reference.constants import (
     CHANGE_TOLERANCE,
@@ -65,7 +65,7 @@ def reward(m: IntervalMetrics, params: Any, server_params: Any, applied: Serving
     spend_budget = params.cost_budget_per_1k * offered / TOKENS_PER_BUDGET_UNIT
     over_budget = m.cost_usd - params.cost_budget_per_1k * m.output_tokens / TOKENS_PER_BUDGET_UNIT
     throughput = (m.good_tokens * quality / offered).astype(F32)
-    judged = m.completed if server_params.slo_accounting == "completion" else m.admitted
+    judged = m.admitted if server_params.slo_accounting == "admission" else m.completed
     met_slo = np.maximum(judged + m.timeouts + m.failed - m.slo_violations, 0.0)  # [requests] within their SLOs
     cost = (over_budget / spend_budget).astype(F32)
     components = {
@@ -90,15 +90,16 @@ def zero_metrics(n: int) -> IntervalMetrics:
     return IntervalMetrics(**fields)
 
 
-def initial_state(n: int, default: ServingAction, num_ages: int) -> ServerState:
-    """N idle servers, empty queues, not yet started, reporting `default` as in force
-    (serving.initial_state)."""
+def initial_state(n: int, default: ServingAction, num_ages: int, slo_accounting: str = "admission") -> ServerState:
+    """N idle servers, empty queues, not yet started, reporting `default` as in force, with empty
+    TPOT cohorts under "request" accounting (serving.initial_state)."""
     z = np.zeros(n, F32)
     bins = np.zeros((n, NUM_CLASSES, num_ages), F32)
     config = ServingAction(*(np.full(n, getattr(default, k), F32) for k in KNOBS))
     return ServerState(Queue(bins, bins.copy(), bins.copy(), bins.copy()), Sequences(z, z.copy(), z.copy()),
                        Sequences(z.copy(), z.copy(), z.copy()), z.copy(), z.copy(), config, np.zeros(n, bool),
-                       OnTime(np.zeros((n, NUM_CLASSES), F32), np.zeros((n, NUM_CLASSES), F32), np.zeros(n, F32)))
+                       OnTime(np.zeros((n, NUM_CLASSES), F32), np.zeros((n, NUM_CLASSES), F32), np.zeros(n, F32)),
+                       goodput.empty_cohorts(n) if slo_accounting == "request" else None)
 
 
 def reset(u: np.ndarray, params: Any) -> tuple[Observation, EnvState]:
@@ -106,7 +107,7 @@ def reset(u: np.ndarray, params: Any) -> tuple[Observation, EnvState]:
     n = u.shape[0]
     horizon_s = np.asarray(params.max_steps_in_episode).astype(F32) * params.server.dt_s
     state = EnvState(
-        server=initial_state(n, params.default_action, params.server.num_age_buckets),
+        server=initial_state(n, params.default_action, params.server.num_age_buckets, params.server.slo_accounting),
         workload=traffic.init_from_draws(u, params.workload, horizon_s),
         time=np.zeros(n, np.int32),
         arrival_rate_ema=np.zeros(n, F32),

@@ -14,7 +14,8 @@ The phases in order, each the function of the same name in this package (and in 
   engine.check_memory         out of memory: every sequence fails, the engine restarts
   admission.age_queue         the admitted removed, the oldest timed out, the rest one older
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
-  goodput.*                   the running requests still meeting both SLOs ("completion" accounting)
+  goodput.*                   the running requests still meeting both SLOs ("completion" accounting; by
+                              cohort under "request")
 
 The mixed engine (params.engine "mixed", module `mixed`) runs on the profile with the measured
 per-request overhead (mixed_profile) and replaces four phases: admission_limits by
@@ -66,7 +67,10 @@ def serve_interval(
     capacity = roofline.kv_capacity_tokens(profile, config.kv_budget)
     engine, running, preempted, dropped = reconfigure(state, config, profile, params)
     running, preempted, shrunk = preempt_to_fit(running, preempted, capacity)
-    on_time = goodput.scale(state.on_time, goodput.surviving(state.running, running))
+    kept = goodput.surviving(state.running, running)
+    on_time = goodput.scale(state.on_time, kept)
+    request = params.slo_accounting == "request"
+    cohorts = goodput.scale_cohorts(goodput.age_cohorts(state.tpot), kept) if request else None
     queue = enqueue(state.queue, arrivals)
     if is_mixed:
         limits, it, law = mixed.mixed_admission_limits(running, preempted, queue, arrivals, engine, capacity, config,
@@ -90,11 +94,19 @@ def serve_interval(
                              running.remaining + re.remaining + pass_.new_output)
         on_time = goodput.admit_on_time(on_time, admission.admitted, re.seqs, ttft.centre_s, params)
         running, produced = decode(decoding, pass_.decode_s, limits.tokens_per_step, config, profile, params.dt_s)
+    if request:
+        on_time, cohorts = goodput.admit_cohorts(on_time, cohorts)
     on_time, good_tokens, _, late_done = goodput.decode_on_time(on_time, decoding, running, produced.tpot_s, params)
+    if request:
+        cohorts, cohort_tokens, _, cohort_late = goodput.decode_cohorts(cohorts, decoding, running, produced.tpot_s,
+                                                                        params)
+        good_tokens, late_done = good_tokens + cohort_tokens, late_done + cohort_late
     decoded = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)
     on_time = goodput.scale(on_time, goodput.surviving(decoded, running))
+    if request:
+        cohorts = goodput.scale_cohorts(cohorts, goodput.surviving(decoded, running))
     next_queue, waiting, timeouts = age_queue(queue, admission.admitted)
     if is_mixed:  # a bin's late share: its TTFT CDF's, all of it while TPOT is past its SLO
         late = np.where(per_env(produced.tpot_s) > params.tpot_slo_s[None, :, None], F32(1.0), ttft_late)
@@ -106,7 +118,7 @@ def serve_interval(
     else:  # decided at completion
         judged, missed, good = produced.completed, late_done, good_tokens
     next_state = ServerState(next_queue, running, preempted, memory.stall_s.astype(F32), engine.prefill_warmup_s,
-                             config, np.ones_like(state.started), on_time)
+                             config, np.ones_like(state.started), on_time, cohorts)
     metrics = interval_metrics(
         next_state, arrivals, engine, pass_.tokens, pass_.new_requests, judged, missed, good, produced, memory,
         latency, timeouts, dropped + shrunk + overflow, capacity, limits.tokens_per_step, config, profile, params,

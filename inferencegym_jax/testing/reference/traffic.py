@@ -8,7 +8,9 @@ expectation n m2. A trace schedule replays recorded requests instead and draws n
 The arrivals also carry each class's prompt-length strata (the mixed engine's length nodes,
 strata.length_strata): the lengths at STRATA_Z standard deviations of the lognormal with the
 class's law's two moments (of the whole trace's prompts for a trace), relative to their
-STRATA_W-weighted mean.
+STRATA_W-weighted mean; under the "clamped" rule (workload.WorkloadParams.length_strata) none above
+the law's longest prompt (its clamp `high` over the interval's mean), the excess raised onto the
+strata below.
 """
 
 from __future__ import annotations
@@ -73,6 +75,15 @@ def trace_strata(trace: Any) -> np.ndarray:
     count = last.astype(F32)
     prompt, prompt_sq = trace.prompt_cumsum[rows, last], trace.prompt_sq_cumsum[rows, last]
     return length_strata(safe_div(prompt, count), safe_div(prompt_sq, count))
+
+
+def capped_strata(strata: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Strata (N, 3, 5) with none above `cap` (N, 3) (relative to the mean, at least 1), the excess
+    raised onto the strata below in proportion to their room (strata.capped_strata)."""
+    cap = np.maximum(cap, F32(1.0))[..., None]
+    clipped = np.minimum(strata, cap)
+    weighted = np.sum(STRATA_W * clipped, axis=-1, keepdims=True)
+    return (clipped + (cap - clipped) * safe_div(F32(1.0) - weighted, cap - weighted)).astype(F32)
 
 
 def burst_on(state: WorkloadState, t_s: Any, params: Any) -> np.ndarray:
@@ -146,6 +157,11 @@ def advance(
     strata = np.broadcast_to(length_strata(*moments["prompt"]), count.shape + (len(STRATA_W),))
     if params.schedule in ("periodic", "mmpp"):
         strata = np.where(in_burst[..., None], length_strata(*moments["burst_prompt"]), strata)
+    if params.length_strata == "clamped":  # none above the law's longest prompt
+        high = np.broadcast_to(params.prompt.high, count.shape)
+        if params.schedule in ("periodic", "mmpp"):
+            high = np.where(in_burst, params.burst_prompt.high, high)
+        strata = capped_strata(strata, safe_div(high, safe_div(prompt, count)))
     arrivals = Arrivals(count, prompt, np.maximum(output, count), prompt_sq, arrival_rate(state, t_s, params), strata)
     if params.schedule == "mmpp":  # a burst ends with probability dt / duration, starts with dt / gap
         flip = np.where(state.in_burst, dt_s / params.burst_duration_s, dt_s / params.burst_gap_s)
