@@ -45,7 +45,8 @@ MIXED_TASK_IDS = ["InferenceGym-Task3-v2", "InferenceGym-Task4-v2"]
 VARIANTS = {"request": {"server": {"slo_accounting": "request"}, "workload": {"length_strata": "clamped"}}}
 PARITY_TASKS = [pytest.param(p.values[0], id=p.id) if p.id == MIXED_TASK_IDS[0] else p
                 for p in physics_task_params(list(dict.fromkeys(PHYSICS_TASK_IDS + MIXED_TASK_IDS)))]
-PARITY_TASKS += [pytest.param(f"{MIXED_TASK_IDS[1]}+request", id=f"{MIXED_TASK_IDS[1]}+request", marks=pytest.mark.slow)]
+REQUEST_VARIANT = f"{MIXED_TASK_IDS[1]}+request"
+PARITY_TASKS += [pytest.param(REQUEST_VARIANT, id=REQUEST_VARIANT, marks=pytest.mark.slow)]
 FULL_GRID = (10, 5, 13, 2, 3)  # grid sizes of the five knobs: masked knobs get indices too, both must clip them
 # The pytree classes the reference may import from the JAX side, to build its outputs in the same structure.
 SHARED_CLASSES = {"ServerState", "Queue", "Sequences", "OnTime", "TpotCohorts", "IntervalMetrics", "EnvState",

@@ -225,17 +225,18 @@ class IntervalMetrics:
       output_tokens: [tokens] output tokens generated in the interval.
       good_tokens: [tokens] goodput: under "admission" accounting the output owed to the
         requests admitted this interval within their TTFT and TPOT SLOs; under "completion"
-        accounting the output tokens generated in the interval for requests still meeting both.
+        accounting the output tokens generated in the interval for requests still meeting both
+        (under "request" accounting, those whose mean TPOT so far is within its SLO).
       tokens_per_s: [tokens/s] output tokens generated per second.
       quality_tokens_per_s: [tokens/s] generated tokens times (1 - quality loss of the tier).
       prefill_tokens: [tokens] prompt tokens prefilled (recompute included).
       admitted: [requests] admitted for the first time.
       completed: [requests] finished.
       slo_violations: [requests] that missed an SLO, decided this interval: "admission"
-        accounting, admitted past their TTFT SLO or with TPOT above its SLO; "completion"
-        accounting, finished without meeting both; plus, in both, those that timed out or failed.
-      slo_violation_rate: violations / decided (admitted, or under "completion" accounting
-        completed, + timed out + failed), 0 when none.
+        accounting, admitted past their TTFT SLO or with TPOT above its SLO; "completion" and
+        "request" accounting, finished without meeting both; plus those that timed out or failed.
+      slo_violation_rate: violations / decided (admitted, or under "completion" and "request"
+        accounting completed, + timed out + failed), 0 when none.
       timeouts: [requests] that gave up waiting.
       failed: [requests] lost to an out-of-memory restart.
       evictions: [sequences] preempted for lack of KV space (or by a reconfiguration).

@@ -17,10 +17,11 @@ Two rules turn a law's strata into an interval's (`workload.WorkloadParams.lengt
   "clamped": the same strata with none above the law's longest prompt (`capped_strata` at
     `LengthDist.high` over the interval's mean), the excess raised onto the strata below. A
     replayed trace keeps "moments" (the trace's longest prompt is not kept).
-  Two further rules that also drop the double count, the law's own quantiles unscaled and the
-  strata capped at the interval's sum, under-stated the TTFT tail against the exact scheduler
-  (experiments/crosscheck/README.md, "Length strata"): the interval's sum is drawn from a normal
-  law, thin-tailed for a few requests, and the double count made up for it.
+  Two further rules that also drop the double count (the law's own clamped quantiles whatever the
+  drawn mean; the spread shrunk by sqrt(1 - 1/n) within the interval's sum) under-stated the TTFT
+  tail against the exact scheduler (experiments/crosscheck/README.md, "Length strata"): the
+  interval's sum is drawn from a normal law, thin-tailed for a few requests, and the double count
+  made up for it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ def strata_of_sums(count: Array, prompt: Array, prompt_sq: Array) -> Array:
     """`length_strata` of the lognormal with the mean and mean square of `count` lengths summing to
     `prompt` [tokens] and their squares to `prompt_sq` [tokens^2] (any equal shapes)."""
     return length_strata(log_sd_of(safe_div(prompt, count), safe_div(prompt_sq, count)))
-
 
 
 def capped_strata(strata: Array, cap: Array) -> Array:
