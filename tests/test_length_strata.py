@@ -47,17 +47,22 @@ def test_a_lone_longest_prompt_waits_for_its_own_prefill_only():
     experiments/results/lone_replica_misses.json, where that prompt prefills in 0.6 s)."""
     _, params = ig.make("InferenceGym-Task1-v2")
     prompt_law = workload.length_dist("lognormal", 3.0, 7437.0, median1=1801.0, sigma1=1.36)
-    count, prompt = jnp.asarray([0.0, 1.0, 0.0]), jnp.asarray([0.0, 7437.0, 0.0])
-    server = params.server
-    profile = mixed.mixed_profile(serving.select_profile(server.profiles, 0))
-    it = iteration.iterations(profile, jnp.float32(0.0), jnp.float32(0.0), jnp.float32(0.0),
-                              server.max_batched_tokens, jnp.asarray(False))
-    moments = strata.length_strata(strata.log_sd_of(*workload.length_moments(prompt_law)))
-    by_rule = {"moments": moments, "clamped": capped(moments, jnp.ones(3))}  # high / mean = 1
-    laws = {rule: mixed.arrivals_law(workload.Arrivals(count, prompt, count * 10.0, prompt * prompt,
-                                                       jnp.float32(1.0), node_strata), it, server.dt_s)
-            for rule, node_strata in by_rule.items()}
-    own = float(iteration.prompt_service_s(it, jnp.float32(7437.0)))
+
+    @jax.jit
+    def laws_and_own(server):  # one program, not op by op
+        count, prompt = jnp.asarray([0.0, 1.0, 0.0]), jnp.asarray([0.0, 7437.0, 0.0])
+        profile = mixed.mixed_profile(serving.select_profile(server.profiles, 0))
+        it = iteration.iterations(profile, jnp.float32(0.0), jnp.float32(0.0), jnp.float32(0.0),
+                                  server.max_batched_tokens, jnp.asarray(False))
+        moments = strata.length_strata(strata.log_sd_of(*workload.length_moments(prompt_law)))
+        by_rule = {"moments": moments, "clamped": strata.capped_strata(moments, jnp.ones(3))}  # high / mean = 1
+        laws = {rule: mixed.arrivals_law(workload.Arrivals(count, prompt, count * 10.0, prompt * prompt,
+                                                           jnp.float32(1.0), node_strata), it, server.dt_s)
+                for rule, node_strata in by_rule.items()}
+        return laws, iteration.prompt_service_s(it, jnp.float32(7437.0))
+
+    laws, own = laws_and_own(params.server)
+    own = float(own)
     assert float(laws["clamped"].prompt[1, -1]) == pytest.approx(7437.0, rel=1e-5)
     assert float(laws["clamped"].service_s[1, -1]) == pytest.approx(own, rel=1e-5)
     assert float(laws["moments"].prompt[1, -1]) > 4.0 * 7437.0
@@ -69,20 +74,26 @@ def test_a_lone_longest_prompt_waits_for_its_own_prefill_only():
     "InferenceGym-Task3-v2",  # mmpp, bimodal prompts, a burst law of its own
 ])
 def test_workload_arrivals_match_the_numpy_reference(env_id):
-    env, params = ig.make(env_id, workload={"length_strata": "clamped"})
+    _, params = ig.make(env_id, workload={"length_strata": "clamped"})
     wl, dt = params.workload, params.server.dt_s
-    keys = jax.random.split(jax.random.key(3), 64)
-    states = jax.vmap(lambda k: env.reset(k, params)[1].workload)(keys)
     t_s = jnp.float32(dt) * 37.0
-    draws = jax.vmap(workload.draw, in_axes=(0, 0, None, None, None))(keys, states, t_s, dt, wl)
-    step = jax.vmap(workload.advance, in_axes=(0, 0, None, None, None))
-    got = to_numpy(step(draws, states, t_s, dt, wl)[1])
+    by_rule = {rule: dataclasses.replace(wl, length_strata=rule) for rule in ("clamped", "moments")}
+
+    @jax.jit
+    def run(keys):  # one program: both rules on the same draws
+        states = jax.vmap(workload.init, in_axes=(0, None, None))(keys, wl, jnp.float32(600.0))
+        draws = jax.vmap(workload.draw, in_axes=(0, 0, None, None, None))(keys, states, t_s, dt, wl)
+        step = jax.vmap(workload.advance, in_axes=(0, 0, None, None, None))
+        return states, draws, {rule: step(draws, states, t_s, dt, p)[1] for rule, p in by_rule.items()}
+
+    states, draws, arrivals = run(jax.random.split(jax.random.key(3), 64))
+    got = to_numpy(arrivals["clamped"])
     p = to_numpy(params).workload
     moments = {name: ref_traffic.length_moments(getattr(p, name)) for name in ("prompt", "output", "burst_prompt")}
     want = ref_traffic.advance(to_numpy(draws), to_numpy(states), np.float32(t_s), np.float32(dt), p, moments)[1]
     np.testing.assert_allclose(got.prompt_strata, want.prompt_strata, rtol=5e-5, atol=2e-6)
     # the rule changes the strata only: the counts and sums are those of the "moments" rule
-    by_moments = step(draws, states, t_s, dt, dataclasses.replace(wl, length_strata="moments"))[1]
+    by_moments = arrivals["moments"]
     np.testing.assert_array_equal(np.asarray(by_moments.prompt_tokens), got.prompt_tokens)
     busy = got.count > 0
     nodes = (got.prompt_tokens / np.maximum(got.count, 1.0))[..., None] * got.prompt_strata

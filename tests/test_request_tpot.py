@@ -80,10 +80,10 @@ def test_the_phases_follow_a_cohort_through_an_interval_and_do_nothing_without_c
     assert float(jnp.sum(finishing)) == pytest.approx(2.5)
     np.testing.assert_allclose(np.asarray(mean)[:2], [0.02, (2.0 / (1.0 / 0.04 + 50.0))], rtol=1e-5)
     assert float(jnp.sum(request_tpot.rescale_cohorts(left, jnp.float32(0.0)).seqs)) == 0.0
-    _, completion = ig.make("InferenceGym-Task4-v2")
-    assert request_tpot.cohorts_at_start(None, jnp.float32(1.0), completion.server) is None
+    completion = sp.replace(slo_accounting="completion")
+    assert request_tpot.cohorts_at_start(None, jnp.float32(1.0), completion) is None
     assert request_tpot.admit_to_cohorts(on_time, None) == (on_time, None)
-    assert request_tpot.judge_cohorts(None, late, pool, after, tpot, completion.server) == (None, late)
+    assert request_tpot.judge_cohorts(None, late, pool, after, tpot, completion) == (None, late)
     assert request_tpot.rescale_cohorts(None, jnp.float32(1.0)) is None
     assert float(jnp.sum(request_tpot.finished_by_cohort(None, pool, after, tpot, sp)[1])) == 0.0
     with pytest.raises(ValueError, match="slo_accounting='request'"):
