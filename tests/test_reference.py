@@ -41,8 +41,8 @@ NUM_ENVS, NUM_STEPS, HORIZON = 16, 24, 10
 # The physics tasks and the mixed engine's (serving.mixed): an MMPP task and a trace task.
 MIXED_TASK_IDS = ["InferenceGym-Task3-v2", "InferenceGym-Task4-v2"]
 # The fast tier runs the fast physics task and task 3-v2 (the mixed engine); the slow tier the others.
-# Variants: an env id, "+", and the options of VARIANTS (per-request TPOT and the "clamped" length strata).
-VARIANTS = {"request": {"server": {"slo_accounting": "request"}, "workload": {"length_strata": "clamped"}}}
+# Variants: an env id, "+", and the options of VARIANTS (per-request TPOT, serving.request_tpot).
+VARIANTS = {"request": {"server": {"slo_accounting": "request"}}}
 PARITY_TASKS = [pytest.param(p.values[0], id=p.id) if p.id == MIXED_TASK_IDS[0] else p
                 for p in physics_task_params(list(dict.fromkeys(PHYSICS_TASK_IDS + MIXED_TASK_IDS)))]
 REQUEST_VARIANT = f"{MIXED_TASK_IDS[1]}+request"
