@@ -241,6 +241,7 @@ def test_the_gpu_and_engine_choices_are_the_libraries():
     ({"prefill_disagg": 2}, "prefill_disagg=2"),
     ({"engine": "exact"}, "engine='exact': must be one of ['fluid', 'mixed']"),
     ({"length_strata": "law"}, "length_strata='law': must be one of ['moments', 'clamped']"),
+    ({"slo_accounting": "interval"}, "slo_accounting='interval': must be one of ['admission', 'completion', 'request"),
     ({"prompt": {"kind": "zipf", "low": 1, "high": 2}}, "prompt.kind='zipf'"),
     ({"output": {"kind": "lognormal", "low": 1, "high": 2}}, "'output.median1' is missing"),
 ])
