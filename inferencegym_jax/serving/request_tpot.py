@@ -64,6 +64,13 @@ def admitted(cohorts: TpotCohorts, seqs: Array, remaining: Array) -> TpotCohorts
                        cohorts.decode_s, cohorts.tokens)
 
 
+def through_interval(cohorts: TpotCohorts, tpot_s: Array, dt: Array) -> TpotCohorts:
+    """Every cohort one interval of `dt` [s] further through its decode at `tpot_s` [s per token]:
+    dt more wall time and dt / tpot_s more tokens per sequence (module docstring)."""
+    return TpotCohorts(cohorts.seqs, cohorts.remaining, cohorts.decode_s + dt,
+                       cohorts.tokens + dt / jnp.maximum(tpot_s, MIN_TPOT_S))
+
+
 def decoded(cohorts: TpotCohorts, done: Array, tpot_s: Array, tpot_slo_s: Array, dt: Array
             ) -> tuple[TpotCohorts, Decoded]:
     """The cohorts through an interval of `dt` [s] whose running sequences decode at `tpot_s`
@@ -71,13 +78,12 @@ def decoded(cohorts: TpotCohorts, done: Array, tpot_s: Array, tpot_slo_s: Array,
     dt / tpot_s tokens, then its finished sequences are judged by its mean TPOT against their
     class's `tpot_slo_s` (3,) [s]. Returns the cohorts left and what finished (late_seqs not
     included: `goodput.decode_on_time` counts those)."""
-    decode_s = cohorts.decode_s + dt
-    tokens = cohorts.tokens + dt / jnp.maximum(tpot_s, MIN_TPOT_S)
-    within = (safe_div(decode_s, tokens)[None, :] <= tpot_slo_s[:, None]).astype(jnp.float32)  # (3, H)
+    cohorts = through_interval(cohorts, tpot_s, dt)
+    within = (cohorts.mean_tpot_s()[None, :] <= tpot_slo_s[:, None]).astype(jnp.float32)  # (3, H)
     good, late, good_tokens = xla_ops.sums((within * cohorts.seqs, (1.0 - within) * cohorts.seqs,
                                             within * cohorts.remaining), axes=(0, 1))
     result = Decoded(good_tokens=good_tokens * done, good_completed=good * done, missed=late * done)
-    return TpotCohorts(cohorts.seqs, cohorts.remaining, decode_s, tokens).scaled(1.0 - done), result
+    return cohorts.scaled(1.0 - done), result
 
 
 # ------------------------------------------------------------------ the phases of serve_interval
@@ -123,9 +129,8 @@ def finished_by_cohort(cohorts: TpotCohorts | None, before: Sequences, after: Se
     takes them; (1,) zeros without cohorts."""
     if cohorts is None:
         return jnp.zeros((1,), jnp.float32), jnp.zeros((1,), jnp.float32)
-    tokens = cohorts.tokens + params.dt_s / jnp.maximum(tpot_s, MIN_TPOT_S)
-    done = finished_share(before, after)
-    return safe_div(cohorts.decode_s + params.dt_s, tokens), jnp.sum(cohorts.seqs, axis=0) * done
+    later = through_interval(cohorts, tpot_s, params.dt_s)
+    return later.mean_tpot_s(), jnp.sum(cohorts.seqs, axis=0) * finished_share(before, after)
 
 
 def finished_share(before: Sequences, after: Sequences) -> Array:
