@@ -53,8 +53,8 @@ Same seed and batch size, same bits.
 * Per-request TPOT quantiles (`Pooled.tpot_quantiles`, not a row key): under "request" SLO
   accounting (`LoadPoint.slo_accounting`, `serving.request_tpot`) the engine gives the mean TPOT
   of each cohort of good requests that finished and their number (`RequestLatency.tpot_s`,
-  `tpot_requests`); they are pooled on a log grid (TPOT_GRID_POINTS from TPOT_GRID_LOW_S to
-  TPOT_GRID_HIGH_S) and each quantile is its cell's geometric middle (within half a cell).
+  `tpot_requests`); they are pooled as point masses in a second `request_stats.TtftCdf` (the same
+  streamed log-grid CDF), each quantile within one grid cell.
 
 **Saturation row** (`"rate": "saturation"`), the reference's method
 (experiments/crosscheck/README.md): a closed loop alone is not enough (identical requests
@@ -108,9 +108,6 @@ MAX_SEED = 2**32 - 1  # jax.random.key keeps the low 32 bits of a seed
 PROBE_START_RATE = 1.0  # [req/s] first offered rate of the saturation probe
 SATURATION_OVERLOAD = 1.1  # offered / C_probe of the saturation row (the reference's 1.1 x)
 QUANTILES = (0.5, 0.9, 0.99)
-# Per-request TPOT grid [s per token]: 0.1 ms (past any decode step) to 10 s (one token a control
-# interval's worth of stall), 4,096 cells 0.34 % apart.
-TPOT_GRID_LOW_S, TPOT_GRID_HIGH_S, TPOT_GRID_POINTS = 1e-4, 10.0, 4096
 EPISODE_BATCH = 64  # episodes per jitted call: a batch's intervals on the host (fluid engine, 600 s: 22 MB)
 MAX_EPISODES = 10**5  # episodes per row: 6 x 10^7 measured intervals at 600 s, hours on 2 cores
 
@@ -342,8 +339,8 @@ class Pooled:
       output_tokens: [tokens] generated in them.
       tpot_tokens: [s] sum over intervals of tpot_s x output_tokens (TPOT's token-weighted sum).
       ttft: the pooled TTFT distribution (`request_stats.TtftCdf`: O(grid) floats).
-      tpot: float64 (TPOT_GRID_POINTS,) [requests] good finished requests per per-request TPOT cell
-        (zeros unless the point runs "request" accounting).
+      tpot: the pooled per-request TPOT of the good finished requests (a `TtftCdf` of point masses;
+        empty unless the point runs "request" accounting).
     """
 
     def __init__(self) -> None:
@@ -352,7 +349,7 @@ class Pooled:
         self.output_tokens = 0.0
         self.tpot_tokens = 0.0
         self.ttft = TtftCdf()
-        self.tpot = np.zeros(TPOT_GRID_POINTS)
+        self.tpot = TtftCdf()
 
     def add(self, episode: Measured) -> None:
         """Fold one episode's measured intervals (NumPy leaves (seconds, ...)) into the sums."""
@@ -364,22 +361,12 @@ class Pooled:
         ft = episode.first_token
         self.ttft.add_uniform(ft.low_s, ft.high_s, ft.requests)
         self.ttft.add_shifted_exponential(ft.exp_shift_s, ft.exp_scale_s, ft.exp_requests)
-        cell = np.log(np.clip(np.asarray(ft.tpot_s, np.float64), TPOT_GRID_LOW_S, TPOT_GRID_HIGH_S) / TPOT_GRID_LOW_S)
-        cell = np.minimum((cell / math.log(TPOT_GRID_HIGH_S / TPOT_GRID_LOW_S) * TPOT_GRID_POINTS).astype(int),
-                          TPOT_GRID_POINTS - 1)
-        self.tpot += np.bincount(cell.reshape(-1), np.asarray(ft.tpot_requests, np.float64).reshape(-1),
-                                 TPOT_GRID_POINTS)
+        self.tpot.add_uniform(ft.tpot_s, ft.tpot_s, ft.tpot_requests)
 
     def tpot_quantiles(self, qs: Sequence[float]) -> list[float]:
-        """Per-request TPOT [s per token] at each quantile in `qs` of the good finished requests,
-        the geometric middle of its grid cell; NaN where none finished (or not "request" accounting)."""
-        total = self.tpot.sum()
-        if total <= 0.0:
-            return [math.nan for _ in qs]
-        cdf = np.cumsum(self.tpot) / total
-        width = math.log(TPOT_GRID_HIGH_S / TPOT_GRID_LOW_S) / TPOT_GRID_POINTS
-        cells = [int(np.searchsorted(cdf, q, side="left")) for q in qs]
-        return [TPOT_GRID_LOW_S * math.exp((min(c, TPOT_GRID_POINTS - 1) + 0.5) * width) for c in cells]
+        """Per-request TPOT [s per token] at each quantile in `qs` of the good finished requests
+        (within one grid cell); NaN where none finished (or not "request" accounting)."""
+        return [float(q) for q in self.tpot.quantiles(qs)]
 
 
 def row(rate: float | str, pooled: Pooled) -> dict[str, float | str]:
