@@ -1,6 +1,7 @@
 """Choose the fleet baselines' numbers on the TRAINING split, then measure them on the held-out days.
 
     .venv-dev/bin/python scripts/fleet_baselines.py                 # writes data/fleet/fleet1_v1_baselines.json
+    .venv-dev/bin/python scripts/fleet_baselines.py --task InferenceGym-Fleet1-v2   # fleet1_v2_baselines.json
     .venv-dev/bin/python scripts/fleet_baselines.py --episodes 8 --heldout 25
 
 For each baseline (`inferencegym_jax.fleet.baselines`) a small grid of candidates runs on the same
@@ -58,19 +59,24 @@ UNITS = {
     ("forecast", "capacity"): ("req/s per replica", "rate one replica is provisioned for"),
     ("forecast", "spare"): ("replicas", "added to the forecast's replicas"),
     ("oracle", "capacity"): ("req/s per replica", "rate one replica is provisioned for (clairvoyant bound)"),
-    ("oracle_pooled", "scale"): ("", "multiple of the capacity per fleet size (data/fleet/fleet1_v1_capacity.json) "
+    ("oracle_pooled", "scale"): ("", "multiple of the capacity per fleet size (data/fleet/<task>_capacity.json) "
                                      "the pooled oracle provisions for (clairvoyant bound)"),
 }
 
 
-def provenance() -> dict:
+def slug(env_id: str) -> str:
+    """"fleet1_v2" of "InferenceGym-Fleet1-v2": the stem of the task's files."""
+    return env_id.removeprefix("InferenceGym-").replace("-", "_").lower()
+
+
+def provenance(env_id: str) -> dict:
     """Where the file's numbers come from: inputs (path, sha256), licence and attribution."""
     import hashlib
 
     def sha(rel: str) -> str:
         return hashlib.sha256((ROOT / rel).read_bytes()).hexdigest()
 
-    inputs = ["configs/fleet/fleet1_v1.toml", "data/traces/day/azure_code_2024_week.npz",
+    inputs = [f"configs/fleet/{slug(env_id)}.toml", "data/traces/day/azure_code_2024_week.npz",
               "data/fleet/provisioning.json"]
     return {
         "generated_by": "scripts/fleet_baselines.py (simulation of the shipped task; no external data)",
@@ -83,7 +89,7 @@ def provenance() -> dict:
     }
 
 
-def candidates(name: str, params) -> list[tuple[dict, object]]:
+def candidates(name: str, params, env_id: str) -> list[tuple[dict, object]]:
     """[(numbers, controller)] of a baseline's grid."""
     grid = GRIDS[name]
     combos = [dict(zip(grid, values, strict=True)) for values in np.array(np.meshgrid(*grid.values())).reshape(
@@ -92,7 +98,7 @@ def candidates(name: str, params) -> list[tuple[dict, object]]:
     for numbers in combos:
         chosen = {k: {"replicas": 16, "target": 1.0, "capacity": 2.0, "spare": 0.0, "scale": 1.0} for k in GRIDS}
         chosen[name] = numbers
-        out.append((numbers, fb.make_controllers(params, chosen, fb.load_capacity(ENV_ID))[name]))
+        out.append((numbers, fb.make_controllers(params, chosen, fb.load_capacity(env_id))[name]))
     return out
 
 
@@ -118,7 +124,7 @@ def search(name: str, env, params, key, episodes: int, num_steps: int, slo_targe
     """One baseline's search table and choice (module docstring's rule); rows of `known` (an
     earlier run's table with the same windows, keys and episodes) are reused, not rerun."""
     known = known or []
-    cands = candidates(name, params)
+    cands = candidates(name, params, env.env_id)
     todo = [(n, c) for n, c in cands if not any(all(r[k] == v for k, v in n.items()) for r in known)]
     t0 = time.time()
     rows = []
@@ -152,9 +158,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=0, help="intervals per episode (0: the horizon; less: a smoke run)")
     ap.add_argument("--reuse", default="", help="an earlier output: its search rows with the same settings are "
                     "reused (same episodes, seed, windows and steps), only new candidates run")
-    ap.add_argument("--out", default=str(ROOT / "data" / "fleet" / "fleet1_v1_baselines.json"))
+    ap.add_argument("--task", default=ENV_ID, help="a registered fleet task id")
+    ap.add_argument("--out", default="", help="default: data/fleet/<task>_baselines.json")
     args = ap.parse_args(argv)
-    env, train = make_fleet(ENV_ID, split="train")
+    args.out = args.out or str(ROOT / "data" / "fleet" / f"{slug(args.task)}_baselines.json")
+    env, train = make_fleet(args.task, split="train")
     slo = float(train.slo_target)
     steps = args.steps or int(train.max_steps_in_episode)
     sub, starts = training_windows(train, args.episodes)
@@ -172,9 +180,9 @@ def main(argv: list[str] | None = None) -> None:
              for n in GRIDS}
     chosen = {n: {k: {"value": found[n]["best"][k], "unit": UNITS[(n, k)][0], "what": UNITS[(n, k)][1]}
                   for k in GRIDS[n]} for n in GRIDS}
-    env_h, heldout = make_fleet(ENV_ID, split="heldout")
+    env_h, heldout = make_fleet(args.task, split="heldout")
     controllers = fb.make_controllers(heldout, {n: {k: v["value"] for k, v in c.items()} for n, c in chosen.items()},
-                                      fb.load_capacity(ENV_ID))
+                                      fb.load_capacity(args.task))
     t0 = time.time()
     if args.steps:
         heldout = heldout.replace(max_steps_in_episode=jnp.asarray(steps, jnp.int32))
@@ -182,11 +190,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"held-out: {time.time() - t0:.0f} s\n{table.to_string()}", flush=True)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     doc = {
-        "what": f"{ENV_ID}'s non-learning baselines: the numbers each was given, chosen on the TRAINING split "
+        "what": f"{args.task}'s non-learning baselines: the numbers each was given, chosen on the TRAINING split "
                 "(inferencegym_jax.fleet.baselines reads 'chosen'); the held-out table is a measurement only.",
         "command": "python scripts/fleet_baselines.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "made_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "git_commit": commit, "provenance": provenance(),
+        "git_commit": commit, "provenance": provenance(args.task),
         "rule": (__doc__ or "").split("The rule:")[1].split("Then the")[0].strip(),
         "slo_target": slo, "training_episodes_per_candidate": args.episodes, "steps": steps,
         "training_start_minutes": [int(s) for s in starts], "training_key": f"evaluate.training_key({args.seed})",

@@ -3,6 +3,7 @@ least-loaded routing at a constant Poisson load, the highest load per replica at
 attainment stays >= the task's slo_target.
 
     .venv-dev/bin/python scripts/fleet_capacity.py             # writes data/fleet/fleet1_v1_capacity.json
+    .venv-dev/bin/python scripts/fleet_capacity.py --task InferenceGym-Fleet1-v2   # data/fleet/fleet1_v2_capacity.json
     .venv-dev/bin/python scripts/fleet_capacity.py --check     # exit 1 if the file is stale
 
 Per (N, load per replica) on a grid, `--keys` episodes of `--steps` control intervals (the first
@@ -35,7 +36,6 @@ from inferencegym_jax.fleet.tasks import make_fleet
 
 ENV_ID = "InferenceGym-Fleet1-v1"
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "data" / "fleet" / "fleet1_v1_capacity.json"
 # [req/s per replica] the load grid: one replica saturates at 4.9 code req/s (fleet.tasks), and
 # a probe (16 replicas, 2 keys) kept 0.99 up to 2.5; the grid goes below the smallest fleet's.
 LOAD_GRID = tuple(round(0.1 * i, 1) for i in range(2, 33))
@@ -57,9 +57,14 @@ def episode(env, params, load: jax.Array, n: jax.Array, key: jax.Array, steps: i
     return 1.0 - missed.sum() / jnp.maximum(judged.sum(), 1.0)
 
 
-def measure(keys: int, steps: int, warmup: int) -> tuple[list[float], np.ndarray]:
+def slug(env_id: str) -> str:
+    """"fleet1_v2" of "InferenceGym-Fleet1-v2": the stem of the task's files."""
+    return env_id.removeprefix("InferenceGym-").replace("-", "_").lower()
+
+
+def measure(env_id: str, keys: int, steps: int, warmup: int) -> tuple[list[float], np.ndarray]:
     """(capacity per N = 0..R [req/s per replica], attainment (R, grid, keys))."""
-    env, params = make_fleet(ENV_ID)
+    env, params = make_fleet(env_id)
     r = params.num_replicas
     grid = [(load, n, k) for n in range(1, r + 1) for load in LOAD_GRID for k in range(keys)]
     loads = jnp.asarray([g[0] for g in grid], jnp.float32)
@@ -78,22 +83,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=40, help="control intervals per episode")
     ap.add_argument("--warmup", type=int, default=10, help="first intervals not counted")
     ap.add_argument("--check", action="store_true", help="remeasure; exit 1 if the file's capacities differ")
+    ap.add_argument("--task", default=ENV_ID, help="a registered fleet task id")
     args = ap.parse_args(argv)
+    out = ROOT / "data" / "fleet" / f"{slug(args.task)}_capacity.json"
     began = time.time()
-    capacity, attainment = measure(args.keys, args.steps, args.warmup)
+    capacity, attainment = measure(args.task, args.keys, args.steps, args.warmup)
     print("capacity per replica by fleet size:", capacity, f"({time.time() - began:.0f} s)", flush=True)
     if args.check:
-        shipped = json.loads(OUT.read_text())["capacity"]["value"]
+        shipped = json.loads(out.read_text())["capacity"]["value"]
         if shipped != capacity:
-            print(f"{OUT.relative_to(ROOT)} is stale: measured {capacity}, file {shipped}", file=sys.stderr)
+            print(f"{out.relative_to(ROOT)} is stale: measured {capacity}, file {shipped}", file=sys.stderr)
             return 1
         return 0
-    config = ROOT / "configs" / "fleet" / "fleet1_v1.toml"
+    config = ROOT / "configs" / "fleet" / f"{slug(args.task)}.toml"
     record = {
-        "what": f"{ENV_ID}: the highest constant load per replica [req/s] at which N warm replicas "
+        "what": f"{args.task}: the highest constant load per replica [req/s] at which N warm replicas "
                 "(least-loaded routing) keep SLO attainment >= slo_target in every episode measured; "
                 "index N = 0..R (0 for N = 0)",
-        "command": "python scripts/fleet_capacity.py",
+        "command": "python scripts/fleet_capacity.py" + ("" if args.task == ENV_ID else f" --task {args.task}"),
         "made_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                                      text=True).stdout.strip(),
@@ -104,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         "worst_attainment": {"value": np.round(attainment.min(axis=2), 5).tolist(),
                              "what": "[N - 1][grid index], worst episode"},
     }
-    atomic_write_bytes(OUT, (json.dumps(record, indent=1) + "\n").encode())
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    atomic_write_bytes(out, (json.dumps(record, indent=1) + "\n").encode())
+    print(f"wrote {out.relative_to(ROOT)}")
     return 0
 
 

@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.serving",),
     # R replicas of the server: routing, vmapped intervals, scaling; a day of real load; two weeks of
     # clients' load and the reservation task's day model
-    ("inferencegym_jax.fleet.types", "inferencegym_jax.fleet.routing", "inferencegym_jax.fleet.physics",
+    ("inferencegym_jax.fleet.types", "inferencegym_jax.fleet.routing", "inferencegym_jax.fleet.request_routing",
+     "inferencegym_jax.fleet.physics",
      "inferencegym_jax.fleet.day_traffic", "inferencegym_jax.fleet.servegen", "inferencegym_jax.fleet.reservation_day"),
     ("inferencegym_jax.validation", "inferencegym_jax.observation", "inferencegym_jax.reward",
      "inferencegym_jax.ttft_tally"),

@@ -76,6 +76,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 
 from reference import LENGTHS, OperatingPoint, draw_requests, request_summary  # noqa: E402  (the reference's own generator)
+from vllm_worker import Worker  # noqa: E402  (the scheduler itself)
 
 DEFAULT_OUT = HERE / "iteration_sim.json"
 REFERENCE_JSON = HERE / "reference.json"
@@ -298,99 +299,17 @@ def simulate(
     stop_s: float = math.inf,
     budget_tokens: int = MAX_BATCHED_TOKENS,
 ) -> RunResult:
-    """One vLLM worker over these requests (module docstring); stops when all are done or at stop_s."""
+    """One vLLM worker over these requests (module docstring; `vllm_worker.Worker`); stops when all are
+    done or at the first iteration that would start at or after stop_s."""
     n_req = len(arrivals_s)
     first = np.full(n_req, np.nan)
     finish = np.full(n_req, np.nan)
-    # Slots of the running set.
-    rid = np.full(cap, -1, np.int64)
-    prompt = np.zeros(cap, np.int64)
-    done_pre = np.zeros(cap, np.int64)
-    out = np.zeros(cap, np.int64)
-    gen = np.zeros(cap, np.int64)
-    active = np.zeros(cap, bool)
-    partial = -1  # the slot whose prompt is partly prefilled (at most one: it is always the last admitted)
-    nxt = 0  # next waiting request (FCFS by arrival)
-    now = 0.0
-    resident = 0.0
-    peak = 0.0
-    iters = blocks = kv_waits = 0
-    n_active = 0
-    while now < stop_s:
-        if n_active == 0:
-            if nxt >= n_req:
-                break
-            now = max(now, float(arrivals_s[nxt]))
-        dec = active & (done_pre >= prompt)
-        n_dec = int(dec.sum())
-        waiting = nxt < n_req and arrivals_s[nxt] <= now
-        if partial < 0 and (n_active == cap or not waiting) and n_dec > 0:
-            # A pure-decode stretch: up to the next completion, or the step that starts after the next arrival.
-            remaining = out[dec] - gen[dec]
-            k_max = int(remaining.min())
-            ctx_sum = float((prompt[dec] + gen[dec]).sum())
-            times = steps.decode_run(n_dec, ctx_sum, k_max)
-            k = k_max
-            if n_active < cap and nxt < n_req:
-                starts = now + np.concatenate([[0.0], np.cumsum(times[:-1])])
-                k = max(1, int(np.searchsorted(starts, arrivals_s[nxt], side="left")))
-                k = min(k, k_max)
-            now += float(times[:k].sum())
-            gen[dec] += k
-            resident += k * n_dec
-            iters += k
-            blocks += 1
-        else:
-            budget = budget_tokens - n_dec
-            ks: list[int] = []
-            ss: list[int] = []
-            slots: list[int] = []
-            if partial >= 0 and budget > 0:
-                k = int(min(prompt[partial] - done_pre[partial], budget))
-                ks.append(k)
-                ss.append(int(done_pre[partial]))
-                slots.append(partial)
-                budget -= k
-            while budget > 0 and n_active < cap and nxt < n_req and arrivals_s[nxt] <= now:
-                p = int(prompts[nxt])
-                if resident + p + n_dec > kv_capacity:
-                    kv_waits += 1
-                    break
-                slot = int(np.flatnonzero(~active)[0])
-                rid[slot], prompt[slot], done_pre[slot], out[slot], gen[slot] = nxt, p, 0, int(outputs[nxt]), 0
-                active[slot] = True
-                n_active += 1
-                k = min(p, budget)
-                ks.append(k)
-                ss.append(0)
-                slots.append(slot)
-                budget -= k
-                resident += p  # reserve the whole prompt at admission (it is written within a few iterations)
-                nxt += 1
-            ctx_sum = float((prompt[dec] + gen[dec]).sum()) if n_dec else 0.0
-            now += steps.mixed(ks, ss, n_dec, ctx_sum)
-            gen[dec] += 1
-            resident += n_dec
-            partial = -1
-            for slot, k in zip(slots, ks):
-                done_pre[slot] += k
-                if done_pre[slot] >= prompt[slot]:
-                    first[rid[slot]] = now
-                    gen[slot] = 1
-                else:
-                    partial = slot
-            iters += 1
-            blocks += 1
-        peak = max(peak, resident)
-        finished = active & (gen >= out) & (done_pre >= prompt)
-        if finished.any():
-            idx = np.flatnonzero(finished)
-            finish[rid[idx]] = now
-            resident -= float((prompt[idx] + gen[idx] - 1).sum())
-            active[idx] = False
-            rid[idx] = -1
-            n_active -= len(idx)
-    return RunResult(arrivals_s, first, finish, outputs, iters, blocks, peak, kv_waits)
+    worker = Worker(cap, steps, kv_capacity, budget_tokens, first, finish)
+    for i in range(n_req):
+        worker.add(i, float(arrivals_s[i]), int(prompts[i]), int(outputs[i]))
+    worker.run_until(stop_s)
+    return RunResult(arrivals_s, first, finish, outputs, worker.iterations, worker.blocks, worker.peak,
+                     worker.kv_waits)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 The physics core of the fleet tasks (issue 42): R replicas (static) of `serving.serve_interval`,
 each replica idle, warming (provisioning), serving or draining (`fleet.types`); one interval's
 arrivals split among the serving replicas by routing weights or the least-loaded rule
-(`fleet.routing`); `fleet.physics.fleet_interval` steps them all in one `jax.vmap` and sums the
+(`fleet.routing`), or request by request (`fleet.request_routing`, then
+`fleet.physics.serve_routed`); `fleet.physics.fleet_interval` steps them all in one `jax.vmap` and sums the
 fleet's metrics; `fleet.physics.scale_to` starts or drains replicas towards a target count. Pure
 JAX, jit- and vmap-able; a one-replica fleet with weight 1 is the single server.
 """
@@ -15,8 +16,10 @@ from inferencegym_jax.fleet.physics import (
     EMPTY_BELOW_REQUESTS,
     fleet_interval,
     scale_to,
+    serve_routed,
 )
-from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares
+from inferencegym_jax.fleet.request_routing import route_requests
+from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares, water_filling_weights
 from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet, stack_configs
 
 __all__ = [
@@ -29,7 +32,10 @@ __all__ = [
     "least_loaded_weights",
     "pooled_requests",
     "route",
+    "route_requests",
     "scale_to",
+    "serve_routed",
     "shares",
     "stack_configs",
+    "water_filling_weights",
 ]

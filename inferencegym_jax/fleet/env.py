@@ -36,15 +36,18 @@ from jax import Array
 from inferencegym_jax import spaces, validation
 from inferencegym_jax.actions import ServingAction
 from inferencegym_jax.env import TaskIdentity, auto_reset
+from inferencegym_jax.fleet import request_routing
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, MINUTE_S, DayCurve, rate_at, requests_between
-from inferencegym_jax.fleet.physics import fleet_interval, scale_to
-from inferencegym_jax.fleet.routing import least_loaded_weights
+from inferencegym_jax.fleet.physics import fleet_interval, scale_to, serve_routed
+from inferencegym_jax.fleet.request_routing import routing_draws
+from inferencegym_jax.fleet.routing import least_loaded_weights, route, shares, water_filling_weights
 from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.serving import ServerParams
 from inferencegym_jax.traffic import sampling, workload
 
 ROUTING_RULES = ("least_loaded", "even")
+ROUTING_UNITS = ("fluid", "request")
 ACTION_NAMES = ("replicas", "routing")
 # Uniforms of a reset: the workload's, then the episode's start minute.
 RESET_DRAWS = workload.RESET_DRAWS + 1
@@ -68,6 +71,11 @@ class FleetParams:
       max_steps_in_episode: int32 () [control intervals].
       num_replicas: static int R.
       substeps: static int, physics intervals per control interval.
+      routing_units: static (str, str), the ROUTING_UNITS of the two ROUTING_RULES: "fluid" (each
+        replica gets its share of every request, `fleet.routing.route`) or "request" (each request
+        goes whole to one replica, `fleet.request_routing`). v1 tasks: ("fluid", "fluid"); v2:
+        ("fluid", "request"), the pair that matches exact schedulers behind a least-request and a
+        random router (docs/FLEET.md, "Routing, request by request").
     """
 
     server: ServerParams
@@ -81,6 +89,7 @@ class FleetParams:
     max_steps_in_episode: Array
     num_replicas: int = struct.field(pytree_node=False, default=16)
     substeps: int = struct.field(pytree_node=False, default=60)
+    routing_units: tuple[str, str] = struct.field(pytree_node=False, default=("fluid", "fluid"))
 
     @property
     def control_interval_s(self) -> Array:
@@ -286,8 +295,14 @@ class FleetEnv(TaskIdentity[FleetParams]):
         return self._transition(sampling.uniforms(key, self._draws(params) + RESET_DRAWS), state, action, params)
 
     @staticmethod
-    def _draws(params: FleetParams) -> int:
-        return params.substeps * workload.STEP_DRAWS
+    def _draws_per_substep(params: FleetParams) -> int:
+        units = params.routing_units
+        if len(units) != len(ROUTING_RULES) or any(u not in ROUTING_UNITS for u in units):
+            raise ValueError(f"routing_units={units!r}: one of {list(ROUTING_UNITS)} per routing rule {ROUTING_RULES}")
+        return workload.STEP_DRAWS + (routing_draws(params.num_replicas) if "request" in units else 0)
+
+    def _draws(self, params: FleetParams) -> int:
+        return params.substeps * self._draws_per_substep(params)
 
     @staticmethod
     def _check_action(action: Any, params: FleetParams) -> None:
@@ -326,7 +341,7 @@ class FleetEnv(TaskIdentity[FleetParams]):
         target = jnp.clip(a[0], 0, params.num_replicas)
         rule = jnp.clip(a[1], 0, len(ROUTING_RULES) - 1)
         fleet = scale_to(state.fleet, target, params.provision_s)
-        draws = u[: self._draws(params)].reshape(params.substeps, workload.STEP_DRAWS)
+        draws = u[: self._draws(params)].reshape(params.substeps, self._draws_per_substep(params))
         (fleet, wl, totals), _ = jax.lax.scan(
             lambda carry, x: (self._physics_interval(carry, x, state, rule, params), None),
             (fleet, state.workload, ControlTotals.zeros()),
@@ -358,12 +373,40 @@ class FleetEnv(TaskIdentity[FleetParams]):
         t_s = (state.time * params.substeps + k).astype(jnp.float32) * dt
         minute = state.start_minute + jnp.floor(t_s / MINUTE_S).astype(jnp.int32)
         wl = dataclasses.replace(params.workload, base_rate=rate_at(params.curve, minute))
-        draws = workload.draws_from_uniforms(u, wl_state, t_s, dt, wl)
-        wl_state, arrivals = workload.advance(draws, wl_state, t_s, dt, wl)
-        even = fleet.receiving.astype(jnp.float32)
-        weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
-        fleet, m = fleet_interval(fleet, arrivals, weights, params.replica_config, params.server)
+        if params.routing_units == ("fluid", "fluid"):  # v1: one routing path for both rules
+            draws = workload.draws_from_uniforms(u, wl_state, t_s, dt, wl)
+            wl_state, arrivals = workload.advance(draws, wl_state, t_s, dt, wl)
+            even = fleet.receiving.astype(jnp.float32)
+            weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
+            fleet, m = fleet_interval(fleet, arrivals, weights, params.replica_config, params.server)
+            return fleet, wl_state, accumulate(totals, totals_of(m))
+        routed = {unit: self._route(unit, fleet, wl_state, u, t_s, rule, wl, params)
+                  for unit in dict.fromkeys(params.routing_units)}
+        first, second = (routed[unit] for unit in params.routing_units)
+        per_replica, lost, arrived = jax.tree_util.tree_map(lambda a, b: jnp.where(rule == 0, a, b), first, second)
+        fleet, m = serve_routed(fleet, per_replica, lost, arrived, params.replica_config, params.server)
+        wl_state = workload.next_burst_state(u[workload.NUM_CLASSES], wl_state, dt, wl)  # draws_from_uniforms' u_burst
         return fleet, wl_state, accumulate(totals, totals_of(m))
+
+    @staticmethod
+    def _route(unit: str, fleet: FleetState, wl_state: workload.WorkloadState, u: Array, t_s: Array, rule: Array,
+               wl: workload.WorkloadParams, params: FleetParams) -> tuple:
+        """One physics interval's arrivals routed in `unit` ("fluid" or "request") by the rule `rule`
+        (least-loaded: water-filling of the realised count, or of the expected one for whole
+        requests): (per-replica Arrivals, refused Arrivals, the fleet's arrivals [requests])."""
+        dt = params.server.dt_s
+        even = fleet.receiving.astype(jnp.float32)
+        if unit == "fluid":
+            draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], wl_state, t_s, dt, wl)
+            arrivals = workload.advance(draws, wl_state, t_s, dt, wl)[1]
+            weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
+            per_replica, lost = route(arrivals, weights, fleet.receiving)
+            return per_replica, lost, jnp.sum(arrivals.count)
+        expected = jnp.sum(request_routing.expected_counts(wl_state, t_s, dt, wl))
+        share, lost_share = shares(jnp.where(rule == 0, water_filling_weights(fleet, expected), even), fleet.receiving)
+        per_replica, lost = request_routing.route_requests(u[workload.STEP_DRAWS:], share, lost_share, wl_state, t_s,
+                                                           dt, wl)
+        return per_replica, lost, jnp.sum(per_replica.count) + jnp.sum(lost.count)
 
     # ------------------------------------------------------------------ observation
 

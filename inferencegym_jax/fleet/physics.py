@@ -1,6 +1,7 @@
 """One control interval of a fleet, and the autoscaler's actuator.
 
-`fleet_interval(state, arrivals, weights, configs, params)`, in order:
+`fleet_interval(state, arrivals, weights, configs, params)`, in order (`serve_routed` is steps
+2-5, for arrivals routed request by request: `fleet.request_routing`):
   1. `routing.route`: the interval's arrivals split among the receiving replicas (active, not
      draining) by `weights`; with none receiving, everything is refused (`FleetMetrics.lost`).
   2. `jax.vmap(serving.serve_interval)` over the R replicas (one `ServerParams` for all); the
@@ -105,17 +106,18 @@ def weighted(values: Array, weights: Array) -> Array:
     return safe_div(jnp.sum(values * weights), jnp.sum(weights))
 
 
-def fleet_metrics(m: IntervalMetrics, arrivals: Arrivals, lost: Arrivals, residue: Array, warming: Array,
+def fleet_metrics(m: IntervalMetrics, arrived: Array, lost: Arrivals, residue: Array, warming: Array,
                   next_state: FleetState, configs: ServingAction, params: ServerParams) -> FleetMetrics:
-    """The interval's `FleetMetrics` from the replicas' masked metrics `m` ((R,) leaves) and
-    `warming` (bool (R,): the replicas provisioning during the interval)."""
+    """The interval's `FleetMetrics` from the replicas' masked metrics `m` ((R,) leaves), the
+    fleet's arrivals (float32 () [requests]) and `warming` (bool (R,): the replicas provisioning
+    during the interval)."""
     dt = params.dt_s
     price = jax.vmap(lambda tier: select_profile(params.profiles, tier).price_per_hour)(configs.quant_tier)
     warm_gpus = jnp.where(warming, warming_gpus(configs), 0.0)
     refused = jnp.sum(lost.count) + residue
     judged = jnp.sum(getattr(m, judged_metric(params.slo_accounting)) + m.timeouts + m.failed)
     return FleetMetrics(
-        arrived=jnp.sum(arrivals.count),
+        arrived=arrived,
         lost=jnp.sum(lost.count),
         residue=residue,
         admitted=jnp.sum(m.admitted),
@@ -156,10 +158,22 @@ def fleet_interval(state: FleetState, arrivals: Arrivals, weights: Array, config
       ValueError: outside jit, weights of the wrong shape or a negative or non-finite weight, or
         a config leaf of a shape other than () or (R,).
     """
-    r = state.num_replicas
-    check_weights(weights, r)
-    configs = stack_configs(configs, r)
+    check_weights(weights, state.num_replicas)
     per_replica, lost = route(arrivals, weights, state.receiving)
+    return serve_routed(state, per_replica, lost, jnp.sum(arrivals.count), configs, params)
+
+
+def serve_routed(state: FleetState, per_replica: Arrivals, lost: Arrivals, arrived: Array, configs: ServingAction,
+                 params: ServerParams) -> tuple[FleetState, FleetMetrics]:
+    """Steps 2-5 of `fleet_interval` for arrivals already routed: `per_replica` (Arrivals with a
+    leading axis R; zeros where not receiving) and `lost` (Arrivals (3,), refused), as
+    `routing.route` or `request_routing.route_requests` give them; `arrived` (float32 ()
+    [requests]) the fleet's arrivals.
+
+    Raises:
+      ValueError: outside jit, a config leaf of a shape other than () or (R,).
+    """
+    configs = stack_configs(configs, state.num_replicas)
     stepped, m = jax.vmap(serving.serve_interval, in_axes=(0, 0, 0, None))(state.servers, per_replica, configs,
                                                                           params)
     servers = select_replicas(state.active, stepped, state.servers)
@@ -167,7 +181,7 @@ def fleet_interval(state: FleetState, arrivals: Arrivals, weights: Array, config
     servers, active, draining, residue = retire_drained(servers, state.active, state.draining)
     warming_s, active = count_down(state.warming_s, active, params.dt_s)
     next_state = FleetState(servers, active, warming_s, draining)
-    return next_state, fleet_metrics(m, arrivals, lost, residue, state.warming, next_state, configs, params)
+    return next_state, fleet_metrics(m, arrived, lost, residue, state.warming, next_state, configs, params)
 
 
 def _check_scale(target: Array, provision_s: Array, num_replicas: int) -> None:

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from inferencegym_jax import tasks, validation
 from inferencegym_jax.files import shipped
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, DAY_TRACES, day_curve, requests_per_minute, window_starts
-from inferencegym_jax.fleet.env import FleetEnv, FleetParams
+from inferencegym_jax.fleet.env import ROUTING_UNITS, FleetEnv, FleetParams
 from inferencegym_jax.task_config import TaskConfig
 from inferencegym_jax.validation import choice, integer, number, text
 
@@ -49,6 +49,12 @@ class FleetTable:
                                                          "replica server's dt_s)")
     provision_s: float = number("s", 0.0, 7200.0, "scale-up request to a serving replica")
     slo_target: float = number("", 0.5, 0.9999, "SLO attainment the task asks for")
+    least_loaded_unit: str | None = choice(ROUTING_UNITS, "what the least-loaded rule sends a replica: a share of "
+                                           "every request (fluid, the default) or whole requests (request)",
+                                           optional=True)
+    even_unit: str | None = choice(ROUTING_UNITS, "what the even rule sends a replica: a share of every request "
+                                   "(fluid, the v1 tasks' and the default) or whole requests at random (request)",
+                                   optional=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +155,7 @@ def build_fleet_params(cfg: FleetTaskConfig, replica: TaskConfig, split: str = "
         max_steps_in_episode=jnp.asarray(cfg.max_steps, jnp.int32),
         num_replicas=cfg.fleet.num_replicas,
         substeps=int(round(substeps)),
+        routing_units=(cfg.fleet.least_loaded_unit or "fluid", cfg.fleet.even_unit or "fluid"),
     )
 
 

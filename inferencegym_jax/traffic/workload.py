@@ -8,7 +8,7 @@ Per control interval the environment needs, per class, the number of new request
 of their prompt and output lengths. Counts are Poisson with the scheduled rate. Length sums of
 n requests are drawn from the normal law of a sum of n i.i.d. lengths (mean n * m, variance
 n * v, kept >= n * min), which is exact in its first two moments and far cheaper than n
-individual draws; `sample_lengths` draws individual lengths for tests and references.
+individual draws.
 
 Arrival schedules (`schedule`, static):
   "constant": rate = base_rate.
@@ -241,20 +241,6 @@ def trace_strata(trace: Trace) -> Array:
     return strata_of_sums(count, prompt, prompt_sq)
 
 
-def sample_lengths(key: jax.Array, dist: LengthDist, shape: tuple[int, ...]) -> Array:
-    """Individual lengths [tokens], float32 of `shape + (3,)` (one column per class)."""
-    k_u, k_n, k_c = jax.random.split(key, 3)
-    full = shape + (NUM_CLASSES,)
-    uniform = dist.low + jax.random.uniform(k_u, full) * (dist.high - dist.low)
-    z = jax.random.normal(k_n, full)
-    second = jax.random.uniform(k_c, full) < jnp.where(dist.kind == 2, dist.weight2, 0.0)
-    log_len = jnp.where(
-        second, jnp.log(dist.median2) + dist.sigma2 * z, jnp.log(dist.median1) + dist.sigma1 * z
-    )
-    lognormal = jnp.clip(jnp.exp(log_len), dist.low, dist.high)
-    return jnp.round(jnp.where(dist.kind == 0, uniform, lognormal))
-
-
 def _sum_of_lengths(z: Array, count: Array, dist: LengthDist) -> tuple[Array, Array]:
     """Sum of `count` i.i.d. lengths (normal law of the sum) and the expected sum of squares."""
     m1, m2 = length_moments(dist)
@@ -371,31 +357,48 @@ def draw(key: jax.Array, state: WorkloadState, t_s: Array, dt_s: Array, params: 
     return draws_from_uniforms(sampling.uniforms(key, STEP_DRAWS), state, t_s, dt_s, params)
 
 
+def prompt_law(state: WorkloadState, t_s: Array, params: WorkloadParams) -> tuple[LengthDist, Array]:
+    """The prompt-length law of requests arriving at t_s (the burst law inside a burst) and its
+    strata (float32 (3, len(strata.LENGTH_STRATA_W)), `Arrivals.prompt_strata` before clamping)."""
+    prompt_dist = params.prompt
+    strata = length_strata(log_sd_of(*length_moments(params.prompt)))
+    if params.schedule in ("periodic", "mmpp"):  # both laws' strata, then a select: the exponentials stay per batch
+        on = burst_on(state, t_s, params)
+        prompt_dist = jax.tree_util.tree_map(lambda b, p: jnp.where(on, b, p), params.burst_prompt, params.prompt)
+        strata = jnp.where(on, length_strata(log_sd_of(*length_moments(params.burst_prompt))), strata)
+    return prompt_dist, strata
+
+
+def arrivals_of_counts(count: Array, z_prompt: Array, z_output: Array, rate: Array, prompt_dist: LengthDist,
+                       strata: Array, params: WorkloadParams) -> Arrivals:
+    """`Arrivals` of `count` (3,) requests per class with prompts of `prompt_dist` (and its
+    `prompt_law` strata), their length sums from the normals z_prompt, z_output (3,); `rate` as is."""
+    prompt, prompt_sq = _sum_of_lengths(z_prompt, count, prompt_dist)
+    output, _ = _sum_of_lengths(z_output, count, params.output)
+    if params.length_strata == "clamped":  # none above the law's longest prompt
+        strata = capped_strata(strata, safe_div(prompt_dist.high, safe_div(prompt, count)))
+    return Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate, strata)
+
+
+def next_burst_state(u_burst: Array, state: WorkloadState, dt_s: Array, params: WorkloadParams) -> WorkloadState:
+    """The traffic state after an interval: an "mmpp" burst switches when u_burst < its flip probability."""
+    if params.schedule != "mmpp":
+        return state
+    start, end = mmpp_flip_probabilities(dt_s, params)
+    flip = jnp.where(state.in_burst, end, start)
+    return dataclasses.replace(state, in_burst=jnp.where(u_burst < flip, ~state.in_burst, state.in_burst))
+
+
 def advance(
     draws: Draws, state: WorkloadState, t_s: Array, dt_s: Array, params: WorkloadParams
 ) -> tuple[WorkloadState, Arrivals]:
     """Arrivals in [t_s, t_s + dt_s) and the next traffic state, given the interval's draws."""
     if params.schedule == "trace":
         return state, _trace_arrivals(state, t_s, dt_s, params)
-    rate = arrival_rate(state, t_s, params)
-    count = draws.count
-    prompt_dist = params.prompt
-    if params.schedule in ("periodic", "mmpp"):
-        on = burst_on(state, t_s, params)
-        prompt_dist = jax.tree_util.tree_map(lambda b, p: jnp.where(on, b, p), params.burst_prompt, params.prompt)
-    prompt, prompt_sq = _sum_of_lengths(draws.z_prompt, count, prompt_dist)
-    output, _ = _sum_of_lengths(draws.z_output, count, params.output)
-    strata = length_strata(log_sd_of(*length_moments(params.prompt)))
-    if params.schedule in ("periodic", "mmpp"):  # both laws' strata, then a select: the exponentials stay per batch
-        strata = jnp.where(on, length_strata(log_sd_of(*length_moments(params.burst_prompt))), strata)
-    if params.length_strata == "clamped":  # none above the law's longest prompt
-        strata = capped_strata(strata, safe_div(prompt_dist.high, safe_div(prompt, count)))
-    arrivals = Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate, strata)
-    if params.schedule == "mmpp":
-        start, end = mmpp_flip_probabilities(dt_s, params)
-        flip = jnp.where(state.in_burst, end, start)
-        state = dataclasses.replace(state, in_burst=jnp.where(draws.u_burst < flip, ~state.in_burst, state.in_burst))
-    return state, arrivals
+    prompt_dist, strata = prompt_law(state, t_s, params)
+    arrivals = arrivals_of_counts(draws.count, draws.z_prompt, draws.z_output, arrival_rate(state, t_s, params),
+                                  prompt_dist, strata, params)
+    return next_burst_state(draws.u_burst, state, dt_s, params), arrivals
 
 
 def step(
