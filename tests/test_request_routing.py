@@ -71,6 +71,32 @@ def test_with_no_replica_receiving_everything_is_refused(traffic):
     assert abs(float(jnp.mean(jnp.sum(lost.count, axis=-1))) - 6.0) < 4 * np.sqrt(6.0 / DRAWS)
 
 
+def greedy_reference(count, load, receiving):
+    """Join-the-shortest-queue one request at a time (NumPy, float64): classes in order, ties to
+    the lowest index."""
+    level = np.where(receiving, load, np.inf).astype(np.float64)
+    given = np.zeros((len(load), 3))
+    if receiving.any():
+        for c in range(3):
+            for _ in range(int(count[c])):
+                r = int(np.argmin(level))
+                level[r] += 1.0
+                given[r, c] += 1.0
+    return given
+
+
+def test_jsq_gives_each_request_to_the_replica_with_the_fewest():
+    rng = np.random.default_rng(0)
+    jitted = jax.jit(request_routing.jsq_counts)
+    for _ in range(60):
+        r = int(rng.integers(1, 17))
+        load = (np.round(rng.uniform(0, 6, r) * 4) / 4 * rng.integers(0, 2)).astype(np.float32)  # exact in float32
+        receiving = rng.random(r) < 0.8
+        count = rng.integers(0, 40, 3).astype(np.float32)
+        got = np.asarray(jitted(jnp.asarray(count), jnp.asarray(load), jnp.asarray(receiving)))
+        np.testing.assert_array_equal(got, greedy_reference(count, load, receiving))
+
+
 def test_a_replay_cannot_be_routed_request_by_request(traffic):
     wl, state = traffic
     with pytest.raises(ValueError, match="schedule='trace'"):

@@ -18,8 +18,8 @@ from inferencegym_jax.fleet.physics import (
     scale_to,
     serve_routed,
 )
-from inferencegym_jax.fleet.request_routing import route_requests
-from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares, water_filling_weights
+from inferencegym_jax.fleet.request_routing import jsq_counts, route_jsq, route_requests
+from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares
 from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet, stack_configs
 
 __all__ = [
@@ -29,13 +29,14 @@ __all__ = [
     "FleetState",
     "fleet_interval",
     "initial_fleet",
+    "jsq_counts",
     "least_loaded_weights",
     "pooled_requests",
     "route",
+    "route_jsq",
     "route_requests",
     "scale_to",
     "serve_routed",
     "shares",
     "stack_configs",
-    "water_filling_weights",
 ]

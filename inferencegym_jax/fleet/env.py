@@ -40,7 +40,7 @@ from inferencegym_jax.fleet import request_routing
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, MINUTE_S, DayCurve, rate_at, requests_between
 from inferencegym_jax.fleet.physics import fleet_interval, scale_to, serve_routed
 from inferencegym_jax.fleet.request_routing import routing_draws
-from inferencegym_jax.fleet.routing import least_loaded_weights, route, shares, water_filling_weights
+from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares
 from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.serving import ServerParams
@@ -380,32 +380,35 @@ class FleetEnv(TaskIdentity[FleetParams]):
             weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
             fleet, m = fleet_interval(fleet, arrivals, weights, params.replica_config, params.server)
             return fleet, wl_state, accumulate(totals, totals_of(m))
-        routed = {unit: self._route(unit, fleet, wl_state, u, t_s, rule, wl, params)
-                  for unit in dict.fromkeys(params.routing_units)}
-        first, second = (routed[unit] for unit in params.routing_units)
-        per_replica, lost, arrived = jax.tree_util.tree_map(lambda a, b: jnp.where(rule == 0, a, b), first, second)
+        least_loaded, even = (self._route(unit, i, fleet, wl_state, u, t_s, wl, params)
+                              for i, unit in enumerate(params.routing_units))
+        per_replica, lost, arrived = jax.tree_util.tree_map(lambda a, b: jnp.where(rule == 0, a, b), least_loaded, even)
         fleet, m = serve_routed(fleet, per_replica, lost, arrived, params.replica_config, params.server)
         wl_state = workload.next_burst_state(u[workload.NUM_CLASSES], wl_state, dt, wl)  # draws_from_uniforms' u_burst
         return fleet, wl_state, accumulate(totals, totals_of(m))
 
     @staticmethod
-    def _route(unit: str, fleet: FleetState, wl_state: workload.WorkloadState, u: Array, t_s: Array, rule: Array,
+    def _route(unit: str, rule: int, fleet: FleetState, wl_state: workload.WorkloadState, u: Array, t_s: Array,
                wl: workload.WorkloadParams, params: FleetParams) -> tuple:
-        """One physics interval's arrivals routed in `unit` ("fluid" or "request") by the rule `rule`
-        (least-loaded: water-filling of the realised count, or of the expected one for whole
-        requests): (per-replica Arrivals, refused Arrivals, the fleet's arrivals [requests])."""
+        """One physics interval's arrivals routed in `unit` ("fluid" or "request") by the rule
+        `rule` (static ROUTING_RULES index): (per-replica Arrivals, refused Arrivals, the fleet's
+        arrivals [requests]). Whole requests go by join-the-shortest-queue (least-loaded) or at
+        random (even) (`fleet.request_routing`)."""
         dt = params.server.dt_s
-        even = fleet.receiving.astype(jnp.float32)
+        draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], wl_state, t_s, dt, wl)
+        receiving = fleet.receiving
         if unit == "fluid":
-            draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], wl_state, t_s, dt, wl)
             arrivals = workload.advance(draws, wl_state, t_s, dt, wl)[1]
-            weights = jnp.where(rule == 0, least_loaded_weights(fleet, arrivals), even)
-            per_replica, lost = route(arrivals, weights, fleet.receiving)
+            weights = least_loaded_weights(fleet, arrivals) if rule == 0 else receiving.astype(jnp.float32)
+            per_replica, lost = route(arrivals, weights, receiving)
             return per_replica, lost, jnp.sum(arrivals.count)
-        expected = jnp.sum(request_routing.expected_counts(wl_state, t_s, dt, wl))
-        share, lost_share = shares(jnp.where(rule == 0, water_filling_weights(fleet, expected), even), fleet.receiving)
-        per_replica, lost = request_routing.route_requests(u[workload.STEP_DRAWS:], share, lost_share, wl_state, t_s,
-                                                           dt, wl)
+        u_route = u[workload.STEP_DRAWS:]
+        if rule == 0:
+            per_replica, lost = request_routing.route_jsq(u_route, draws.count, pooled_requests(fleet.servers),
+                                                          receiving, wl_state, t_s, wl)
+        else:
+            share, lost_share = shares(receiving.astype(jnp.float32), receiving)
+            per_replica, lost = request_routing.route_requests(u_route, share, lost_share, wl_state, t_s, dt, wl)
         return per_replica, lost, jnp.sum(per_replica.count) + jnp.sum(lost.count)
 
     # ------------------------------------------------------------------ observation

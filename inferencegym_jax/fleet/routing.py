@@ -13,7 +13,8 @@ than whole-request routing would give it; with the engine's per-interval TPOT ch
 that slows an interval past the SLO turns that interval's decodes late: `serving.goodput`), this
 makes pooling look far stronger than it is (docs/FLEET.md, "What the fleet's pooling rests on").
 
-Whole-request routing (each request to one replica; the v2 fleet tasks) is `fleet.request_routing`.
+Whole requests (each to one replica; the even rule of the v2 fleet tasks, and join-the-shortest-
+queue on whole requests) are `fleet.request_routing`'s.
 
 Two rules give the weights:
   `route` with caller weights (float32 (R,), >= 0): renormalised over the receiving replicas.
@@ -115,23 +116,18 @@ def pooled_requests(servers: ServerState) -> Array:
 
 
 def least_loaded_weights(state: FleetState, arrivals: Arrivals) -> Array:
-    """Routing weights of the least-loaded rule for the interval's arrivals: float32 (R,)
-    [requests], `water_filling_weights` of their count."""
-    return water_filling_weights(state, jnp.sum(arrivals.count))
+    """Routing weights of the least-loaded rule: float32 (R,) [requests], the arrivals each
+    receiving replica gets by water-filling its load (`pooled_requests`) up to the common level h
+    with sum_r max(h - load_r, 0) = the interval's arrivals; 0 for the others.
 
-
-def water_filling_weights(state: FleetState, requests: Array) -> Array:
-    """float32 (R,) [requests], what each receiving replica gets when `requests` (float32 ())
-    fill the loads (`pooled_requests`) up to the common level h with sum_r max(h - load_r, 0) =
-    requests; 0 for the others.
-
-    h = min over k of (requests + sum of the k smallest loads) / k: for every k the k smallest
-    loads need at least k h - (their sum) <= requests, with equality for the k replicas below h.
-    With no requests every weight is 0 (`shares` then splits nothing evenly).
+    h = min over k of (arrivals + sum of the k smallest loads) / k: for every k the k smallest
+    loads need at least k h - (their sum) <= arrivals, with equality for the k replicas below h.
+    With no arrivals every weight is 0 (`shares` then splits nothing evenly).
     """
     receiving = state.receiving
     load = jnp.where(receiving, pooled_requests(state.servers), 0.0)
+    n = jnp.sum(arrivals.count)
     ordered = jnp.sort(jnp.where(receiving, load, jnp.inf))
     k = jnp.arange(1, ordered.shape[0] + 1, dtype=jnp.float32)
-    level = jnp.min((requests + jnp.cumsum(ordered)) / k)  # inf where no replica receives
+    level = jnp.min((n + jnp.cumsum(ordered)) / k)  # inf where no replica receives
     return jnp.where(receiving, jnp.maximum(jnp.where(receiving, level, 0.0) - load, 0.0), 0.0)
