@@ -26,6 +26,8 @@ req/s) at 16x as many envs for 60x as many one-second steps, so both sides simul
 replica-seconds. All programs are compiled first (timed apart), then timed in `--rounds`
 interleaved rounds; reported: the medians of env steps/s, replica-seconds per wall second, and
 the wall seconds one env's simulated fleet-day (1,440 control steps) costs at that width.
+`--fleet-tasks A B` measures several fleet tasks in the same interleaved rounds (the rows of the
+second are named "fleet-<n> <task>"), so their ratio is one run's.
 
     python scripts/bench_fleet.py --env --json experiments/results/fleet_env_speed.json
 """
@@ -135,20 +137,24 @@ def env_program(env: Any, params: Any, envs: int, steps: int, action: Any) -> Ca
     return jax.jit(run)
 
 
-def env_programs(sizes: list[int], steps: int) -> tuple[dict[str, Callable[[jax.Array], jax.Array]], dict[str, Any]]:
-    """{name: program} of the fleet env at each size and of the single env at 16x the size, and
-    {name: (envs, env steps, replica-seconds) per call}."""
-    fleet_env, fleet_params = ig.make(FLEET_TASK)
-    _, replica = fleet_tasks.fleet_task_config(FLEET_TASK)
+def env_programs(sizes: list[int], steps: int, fleet_tasks_: list[str]
+                 ) -> tuple[dict[str, Callable[[jax.Array], jax.Array]], dict[str, Any]]:
+    """{name: program} of each fleet task's env at each size and of the single env (the first
+    task's replica) at 16x the size, and {name: (envs, env steps, replica-seconds) per call}."""
+    fleet_env, fleet_params = ig.make(fleet_tasks_[0])
+    _, replica = fleet_tasks.fleet_task_config(fleet_tasks_[0])
     single_params = tasks.build_params(replica)
     single_env = InferenceGymEnv(single_params, replica.id)
     r, substeps = fleet_params.num_replicas, fleet_params.substeps
     dt = float(single_params.server.dt_s)
     full = jnp.asarray([r, 0], jnp.int32)
     programs, work = {}, {}
+    fleets = {task: ig.make(task) for task in fleet_tasks_}
     for n in sizes:
-        programs[f"fleet-{n}"] = env_program(fleet_env, fleet_params, n, steps, full)
-        work[f"fleet-{n}"] = (n, n * steps, n * steps * substeps * r * dt)
+        for task, (env, params) in fleets.items():
+            name = f"fleet-{n}" if task == fleet_tasks_[0] else f"fleet-{n} {task.removeprefix('InferenceGym-')}"
+            programs[name] = env_program(env, params, n, steps, full)
+            work[name] = (n, n * steps, n * steps * substeps * r * dt)
         programs[f"single-{n * r}"] = env_program(single_env, single_params, n * r, steps * substeps,
                                                   single_params.default_action)
         work[f"single-{n * r}"] = (n * r, n * r * steps * substeps, n * r * steps * substeps * dt)
@@ -160,7 +166,7 @@ def env_main(args: argparse.Namespace) -> None:
     CPU seconds (all threads): on a machine shared with other work, replica-seconds per CPU
     second still compares the programs' cost."""
     load_before = os.getloadavg()[0]
-    programs, work = env_programs(args.env_sizes, args.env_steps)
+    programs, work = env_programs(args.env_sizes, args.env_steps, args.fleet_tasks)
     first = {name: timed(p, jax.random.key(0))[0] for name, p in programs.items()}  # compile included
     seconds: dict[str, list[float]] = {name: [] for name in programs}
     cpu: dict[str, list[float]] = {name: [] for name in programs}
@@ -178,10 +184,11 @@ def env_main(args: argparse.Namespace) -> None:
                       "first_call_s": first[name]}
         if name.startswith("fleet"):
             rows[name]["s_per_env_day"] = median * DAY_STEPS / (env_steps / envs) / envs
-        print(f"{name:12s} {env_steps / median:>12,.1f} env steps/s {replica_s / median:>12,.0f} replica-s/s"
+        print(f"{name:26s} {env_steps / median:>12,.1f} env steps/s {replica_s / median:>12,.0f} replica-s/s"
               + (f"  {rows[name]['s_per_env_day']:8.3f} s per env-day" if "s_per_env_day" in rows[name] else "")
               + f"  {replica_s / cpu_median:>10,.0f} replica-s/CPU-s  (first call {first[name]:.1f} s)", flush=True)
-    result = {"fleet_task": FLEET_TASK, "control_steps_per_call": args.env_steps, "rounds": args.rounds,
+    result = {"fleet_task": args.fleet_tasks[0], "fleet_tasks": args.fleet_tasks,
+              "control_steps_per_call": args.env_steps, "rounds": args.rounds,
               "rows": rows, "machine": f"{platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}",
               "load_average_1m": [load_before, os.getloadavg()[0]],
               "date_utc": time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime())}
@@ -202,6 +209,8 @@ def main() -> None:
     parser.add_argument("--env", action="store_true", help="measure the fleet env against the single env")
     parser.add_argument("--env-sizes", type=int, nargs="+", default=[1, 16, 64, 256], help="fleet envs vmapped")
     parser.add_argument("--env-steps", type=int, default=10, help="60-s control steps per call")
+    parser.add_argument("--fleet-tasks", nargs="+", default=[FLEET_TASK],
+                        help="fleet tasks measured with --env (the first one's replica is the single env)")
     args = parser.parse_args()
     for name in ("fleets", "replicas", "steps", "rounds", "env_steps"):
         if getattr(args, name) < 1:

@@ -1,5 +1,5 @@
 """The cross-check studies' tables in experiments/crosscheck/README.md are rendered from their JSON
-(length_strata.py, request_tpot.py): stale when either changed without the other."""
+(length_strata.py, request_tpot.py, fleet_routing.py): stale when either changed without the other."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def study(name: str) -> ModuleType:
     return module
 
 
-@pytest.mark.parametrize("name, marker", [("length_strata", "length-strata"), ("request_tpot", "request-tpot")])
+@pytest.mark.parametrize("name, marker", [("length_strata", "length-strata"), ("request_tpot", "request-tpot"),
+                                          ("fleet_routing", "fleet-routing")])
 def test_the_readme_table_is_the_studys_json(name, marker):
     readme = (FOLDER / "README.md").read_text()
     found = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S)

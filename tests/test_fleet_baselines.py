@@ -225,13 +225,15 @@ def test_pooled_oracle_takes_the_fewest_replicas_that_carry_the_peak(small):
                                      "oracle_pooled": {"scale": 1.0}}, [1.0, 2.0])
 
 
-def test_the_capacity_file_follows_from_its_measurements():
-    """data/fleet/fleet1_v1_capacity.json: capacity[N] is the highest grid load whose worst episode
+@pytest.mark.parametrize("env_id", sorted(fb.CAPACITY_FILE))
+def test_the_capacity_file_follows_from_its_measurements(env_id):
+    """data/fleet/<task>_capacity.json: capacity[N] is the highest grid load whose worst episode
     kept attainment >= slo_target (scripts/fleet_capacity.py's rule), 0 where none did."""
-    data = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_capacity.json").read_text())
+    data = json.loads(shipped("data").joinpath("fleet", fb.CAPACITY_FILE[env_id]).read_text())
+    assert data["what"].startswith(env_id + ":")
     grid = data["settings"]["load_grid"]
     worst = np.asarray(data["worst_attainment"]["value"])
-    _, params = make_fleet(ENV_ID)
+    _, params = make_fleet(env_id)
     assert worst.shape == (params.num_replicas, len(grid))
     expect = [0.0] + [max((g for g, w in zip(grid, row) if w >= float(params.slo_target)), default=0.0)
                       for row in worst]

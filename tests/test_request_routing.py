@@ -129,3 +129,10 @@ def test_v2_steps_both_rules_and_keeps_every_request():
             assert np.isfinite(float(reward)) and np.all(np.isfinite(np.asarray(env.flatten_observation(obs, params))))
         unaccounted = float(arrived) - float(admitted) - float(lost) - float(totals.queue_depth)
         assert float(arrived) > 0 and abs(unaccounted) < 1e-3 * float(arrived)
+
+
+def test_unknown_routing_units_are_refused_before_tracing():
+    env, params = ig.make("InferenceGym-Fleet1-v2", max_steps=2, fleet={"num_replicas": 2, "initial_replicas": 2})
+    _, state = env.reset(jax.random.key(0), params)
+    with pytest.raises(ValueError, match="routing_units"):
+        env.step(jax.random.key(1), state, jnp.asarray([2, 1]), params.replace(routing_units=("fluid", "whole")))

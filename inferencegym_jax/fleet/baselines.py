@@ -49,7 +49,8 @@ from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.protocols import Seen, StepOutput
 
 BASELINES_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_baselines.json"}
-CAPACITY_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_capacity.json"}
+CAPACITY_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_capacity.json",
+                 "InferenceGym-Fleet1-v2": "fleet1_v2_capacity.json"}
 HPA_TOLERANCE = 0.1  # [ratio] Kubernetes' default --horizontal-pod-autoscaler-tolerance
 HPA_DOWN_WINDOW_S = 300.0  # [s] default scaleDown.stabilizationWindowSeconds
 HPA_UP_PODS = 4  # [replicas per 60 s] default scaleUp policy (Pods 4 / 60 s; or Percent 100 / 60 s)

@@ -11,7 +11,8 @@ One step is one control interval of `substeps` physics intervals of `server.dt_s
   1. the action: int32 (2,) [target replicas in 0..R, routing rule]; the target goes through
      `fleet.scale_to` (a started replica serves after `provision_s`, a drained one retires when
      empty); rule 0 routes each interval's arrivals to the least-loaded replicas
-     (`fleet.least_loaded_weights`), rule 1 splits them evenly (round robin in the mean);
+     (`fleet.least_loaded_weights`), rule 1 splits them evenly (round robin in the mean; in the v2
+     tasks it sends each request whole to a replica drawn at random: `routing_units` below);
   2. per physics interval: Poisson arrivals at the day curve's rate of that minute
      (`fleet.day_traffic`), routed and served by every replica (`fleet.fleet_interval`);
   3. the reward: minus the GPU time used, as a fraction of the whole fleet's over the episode,
