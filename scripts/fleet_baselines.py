@@ -52,6 +52,23 @@ GRIDS = {
     # below 1 for the day's minute-to-minute swings, above 1 if the constant-load measure is strict.
     "oracle_pooled": {"scale": [0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4]},  # 1.2.. added: 1.1, the first top, qualified
 }
+# Candidates a task adds to GRIDS. Fleet1-v2's first search on GRIDS (2026-12-07) left a step of
+# 0.3-0.4 between the last candidate that qualified and the first that did not (hpa 1.4 -> 1.8,
+# oracle 1.6 -> 1.9) and qualified the forecast at the grid's top capacity (2.0): the points between
+# and beyond, searched with --reuse (the first search's rows kept).
+EXTRA = {"InferenceGym-Fleet1-v2": {"hpa": {"target": [1.5, 1.6, 1.7]}, "forecast": {"capacity": [2.2]},
+                                    "oracle": {"capacity": [1.7, 1.8]}}}
+
+
+def grids(env_id: str) -> dict[str, dict[str, list[float]]]:
+    """The candidate grids of a task: GRIDS with its EXTRA points, each axis sorted."""
+    out = {n: {k: list(v) for k, v in g.items()} for n, g in GRIDS.items()}
+    for name, axes in EXTRA.get(env_id, {}).items():
+        for key, values in axes.items():
+            out[name][key] = sorted(set(out[name][key]) | set(values))
+    return out
+
+
 UNITS = {
     ("static_for_peak", "replicas"): ("replicas", "the fixed replica count (least-loaded routing)"),
     ("hpa", "target"): ("req/s per serving replica", "HPA target of the arrival rate per serving "
@@ -91,7 +108,7 @@ def provenance(env_id: str) -> dict:
 
 def candidates(name: str, params, env_id: str) -> list[tuple[dict, object]]:
     """[(numbers, controller)] of a baseline's grid."""
-    grid = GRIDS[name]
+    grid = grids(env_id)[name]
     combos = [dict(zip(grid, values, strict=True)) for values in np.array(np.meshgrid(*grid.values())).reshape(
         len(grid), -1).T.tolist()]
     out = []
@@ -138,7 +155,7 @@ def search(name: str, env, params, key, episodes: int, num_steps: int, slo_targe
                      "attainment_mean": float(att.mean()), "attainment_min": float(att.min()),
                      "J_mean": float(np.mean(out.episode_cost[i])), "qualified": bool(att.min() >= slo_target)})
     rows += [r for r in known if any(all(r[k] == v for k, v in n.items()) for n, _ in cands)]
-    rows.sort(key=lambda r: [r[k] for k in GRIDS[name]])
+    rows.sort(key=lambda r: [r[k] for k in GRIDS[name]])  # the axes' order (EXTRA adds values, not axes)
     ok = [r for r in rows if r["qualified"]]
     if name == "static_for_peak":
         best = min(ok, key=lambda r: r["replicas"]) if ok else max(rows, key=lambda r: r["attainment_min"])
@@ -199,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
         "slo_target": slo, "training_episodes_per_candidate": args.episodes, "steps": steps,
         "training_start_minutes": [int(s) for s in starts], "training_key": f"evaluate.training_key({args.seed})",
         "chosen": chosen,
-        "search": {n: {"grid": GRIDS[n], "table": found[n]["table"]} for n in GRIDS},
+        "search": {n: {"grid": grids(args.task)[n], "table": found[n]["table"]} for n in GRIDS},
         "heldout": {"episodes": args.heldout, "key": f"evaluate.evaluation_key({args.seed})",
                     "columns": "gpu_hours [GPU h], slo_attainment [fraction], cost_usd [$], J [episode cost], "
                                "score [(J_static - J) / (J_static - J_oracle)], d_*: paired mean and 95 % CI",

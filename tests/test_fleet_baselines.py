@@ -173,8 +173,10 @@ def test_bad_input_is_refused(small):
         fe.graded_table(env, params, {"oracle": None}, jax.random.key(0), 1)
 
 
-def test_the_chosen_numbers_come_from_the_data_file():
-    data = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_baselines.json").read_text())
+@pytest.mark.parametrize("env_id", sorted(fb.BASELINES_FILE))
+def test_the_chosen_numbers_come_from_the_data_file(env_id):
+    data = json.loads(shipped("data").joinpath("fleet", fb.BASELINES_FILE[env_id]).read_text())
+    assert data["what"].startswith(env_id + "'s")
     assert set(data["chosen"]) == {"static_for_peak", "hpa", "forecast", "oracle", "oracle_pooled"}
     for name, entry in data["chosen"].items():
         for key, item in entry.items():
@@ -185,7 +187,7 @@ def test_the_chosen_numbers_come_from_the_data_file():
     static_rows = data["search"]["static_for_peak"]["table"]
     n = data["chosen"]["static_for_peak"]["replicas"]["value"]
     assert all(not r["qualified"] for r in static_rows if r["replicas"] < n)  # the smallest that qualified
-    env, params = make_fleet(ENV_ID, split="heldout")
+    env, params = make_fleet(env_id, split="heldout")
     ctrl = fb.fleet_baselines(env, params)
     assert int(ctrl["static_for_peak"].replicas) == n
     assert float(ctrl["hpa"].target) == pytest.approx(data["chosen"]["hpa"]["target"]["value"])
@@ -194,7 +196,7 @@ def test_the_chosen_numbers_come_from_the_data_file():
     assert ctrl["oracle"].lookahead_min == fb.lookahead_minutes(params) == 15  # ceil(830.5 / 60) + 1
     pooled = ctrl["oracle_pooled"]
     assert float(pooled.scale) == pytest.approx(data["chosen"]["oracle_pooled"]["scale"]["value"])
-    capacity = json.loads(shipped("data").joinpath("fleet", "fleet1_v1_capacity.json").read_text())["capacity"]["value"]
+    capacity = json.loads(shipped("data").joinpath("fleet", fb.CAPACITY_FILE[env_id]).read_text())["capacity"]["value"]
     np.testing.assert_allclose(np.asarray(pooled.capacity), capacity)
     assert pooled.lookahead_min == ctrl["oracle"].lookahead_min
 

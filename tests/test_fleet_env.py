@@ -315,13 +315,14 @@ def test_the_curve_is_the_shipped_counts_and_the_splits_are_disjoint_days():
 # ---------------------------------------------------------------- one replica = the single server
 
 
-@pytest.fixture(scope="module")
-def one_replica_runs():
+@pytest.fixture(scope="module", params=[ENV_ID, "InferenceGym-Fleet1-v2"])
+def one_replica_runs(request):
     """A one-replica Fleet1 (substeps 1, one replica up, no delay, a constant curve) and the
     single-server env of its replica task at that rate, fed the same uniforms for EQUIV_STEPS
     intervals, action [1, 0] and the default configuration: per-interval (fleet states, single
-    states, fleet totals, single metrics, single arrivals, single's judged requests)."""
-    cfg, replica = fleet_tasks.fleet_task_config(ENV_ID)
+    states, fleet totals, single metrics, single arrivals, single's judged requests). On v2 the
+    fleet's extra routing uniforms (its even rule's) are drawn apart: least-loaded does not read them."""
+    cfg, replica = fleet_tasks.fleet_task_config(request.param)
     fp = fleet_tasks.build_fleet_params(cfg, replica)
     sp = tasks.build_params(replica)
     rate = jnp.float32(EQUIV_RATE)
@@ -343,7 +344,10 @@ def one_replica_runs():
 
         def body(carry, i):
             u = sampling.uniforms(jax.random.fold_in(key, i), draws)
-            _, fs, _, _, _, fi = fenv._transition(u, carry[0], jnp.asarray([1, 0], jnp.int32), fp)
+            extra = fenv._draws(fp) - workload.STEP_DRAWS  # static: 0 on v1
+            routing = sampling.uniforms(jax.random.fold_in(key, i + 100_000), extra) if extra else u[:0]
+            u_fleet = jnp.concatenate([u[:workload.STEP_DRAWS], routing, u[workload.STEP_DRAWS:]])
+            _, fs, _, _, _, fi = fenv._transition(u_fleet, carry[0], jnp.asarray([1, 0], jnp.int32), fp)
             _, ss, _, _, _, si = senv._transition(u, carry[1], sp.default_action, sp)
             return (fs, ss), (fs, ss, fi["totals"], si["metrics"], si["arrivals"])
 
