@@ -48,7 +48,8 @@ from inferencegym_jax.fleet.routing import pooled_requests
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.protocols import Seen, StepOutput
 
-BASELINES_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_baselines.json"}
+BASELINES_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_baselines.json",
+                  "InferenceGym-Fleet1-v2": "fleet1_v2_baselines.json"}
 CAPACITY_FILE = {"InferenceGym-Fleet1-v1": "fleet1_v1_capacity.json",
                  "InferenceGym-Fleet1-v2": "fleet1_v2_capacity.json"}
 HPA_TOLERANCE = 0.1  # [ratio] Kubernetes' default --horizontal-pod-autoscaler-tolerance
