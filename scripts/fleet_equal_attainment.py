@@ -1,7 +1,8 @@
-"""PPO against the HPA on InferenceGym-Fleet1-v1 at equal SLO attainment (issue 42's bar).
+"""PPO against the HPA on a fleet task at equal SLO attainment (issue 42's bar).
 
     .venv-dev/bin/python scripts/fleet_equal_attainment.py  # writes experiments/results/fleet1_equal_attainment.json
     .venv-dev/bin/python scripts/fleet_equal_attainment.py --markdown  # docs/FLEET.md's table of that file
+    .venv-dev/bin/python scripts/fleet_equal_attainment.py --task InferenceGym-Fleet1-v2   # fleet1_v2_...json
 
 The HPA trades SLO attainment for GPU-hours through its target [req/s per serving replica]. Each
 target of TARGETS runs on the held-out windows with the keys of PPO's stored evaluation
@@ -39,15 +40,21 @@ OUT = ROOT / "experiments" / "results" / "fleet1_equal_attainment.json"
 # [req/s per serving replica]: the HPA's targets, around the one the task's baselines file chose
 # (data/fleet/fleet1_v1_baselines.json: 1.3) and past PPO's attainment on both sides.
 TARGETS = [1.0, 1.1, 1.2, 1.25, 1.3, 1.4]
+# task -> (PPO's stored evaluation, the study's JSON, the HPA's targets). Fleet1-v2's HPA chose 1.6
+# (data/fleet/fleet1_v2_baselines.json); its targets go 0.3 either side.
+STUDIES = {ENV_ID: (RESULTS, OUT, TARGETS),
+           "InferenceGym-Fleet1-v2": (ROOT / "results" / "fleet1_v2.json",
+                                      ROOT / "experiments" / "results" / "fleet1_v2_equal_attainment.json",
+                                      [1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9])}
 COLUMNS = ("gpu_hours", "slo_attainment")
 
 
-def run_targets(seed: int, episodes: int) -> dict[float, dict[str, np.ndarray]]:
+def run_targets(env_id: str, seed: int, episodes: int) -> dict[float, dict[str, np.ndarray]]:
     """{target: {"gpu_hours", "slo_attainment"}: float64 (episodes,)} of the HPA on the held-out windows."""
-    env, params = make_fleet(ENV_ID, split="heldout")
-    chosen = fb.load_chosen(ENV_ID)
+    env, params = make_fleet(env_id, split="heldout")
+    chosen = fb.load_chosen(env_id)
     out = {}
-    for target in TARGETS:  # the library's evaluation, as the results file's: bit for bit its episodes
+    for target in STUDIES[env_id][2]:  # the library's evaluation, as the results file's: bit for bit its episodes
         chosen["hpa"] = {"target": target}
         hpa = fb.make_controllers(params, chosen)["hpa"]
         res = fe.run_fleet_episodes(env, params, hpa, evaluate.evaluation_key(seed), episodes)
@@ -71,20 +78,21 @@ def matched(runs: dict[float, dict[str, np.ndarray]], attainment: float) -> dict
     return None
 
 
-def measure(seed: int) -> dict:
+def measure(env_id: str, seed: int) -> dict:
     """The study's JSON document (see `main`)."""
-    stored = json.loads(RESULTS.read_text())
+    results = STUDIES[env_id][0]
+    stored = json.loads(results.read_text())
     if stored["eval_seed"] != seed or stored["split"] != "heldout":
-        raise ValueError(f"--seed={seed}: {RESULTS.name} was evaluated with eval_seed={stored['eval_seed']} "
+        raise ValueError(f"--seed={seed}: {results.name} was evaluated with eval_seed={stored['eval_seed']} "
                          f"on split {stored['split']!r}; allowed: --seed={stored['eval_seed']}")
     episodes = int(stored["episodes"])
     ppo = {c: np.asarray(stored["per_episode"]["ppo"][c], np.float64) for c in COLUMNS}
-    runs = run_targets(seed, episodes)
-    chosen = float(fb.load_chosen(ENV_ID)["hpa"]["target"])
+    runs = run_targets(env_id, seed, episodes)
+    chosen = float(fb.load_chosen(env_id)["hpa"]["target"])
     rerun, kept = runs[chosen], stored["per_episode"]["hpa"]
     worst = max(float(np.max(np.abs(rerun[c] - np.asarray(kept[c])))) for c in COLUMNS)
     if worst > 0.0:
-        raise RuntimeError(f"the HPA at its chosen target {chosen} differs from {RESULTS.name}'s hpa rows by "
+        raise RuntimeError(f"the HPA at its chosen target {chosen} differs from {results.name}'s hpa rows by "
                            f"{worst:.3g}: the episodes are not the stored ones, so nothing can be paired")
     rows = []
     for target, r in sorted(runs.items()):
@@ -103,13 +111,14 @@ def measure(seed: int) -> dict:
                  "slo_attainment": float(mix["slo_attainment"].mean()),
                  "ppo_minus_hpa_gpu_h": d_gpu[0], "ppo_minus_hpa_gpu_h_ci95": d_gpu[1]}
     return {
-        "what": f"{ENV_ID}: the HPA's GPU-hours and SLO attainment over its target on the held-out windows, "
-                f"paired with PPO's stored evaluation ({RESULTS.relative_to(ROOT)}); 'matched' is the mixture of "
+        "what": f"{env_id}: the HPA's GPU-hours and SLO attainment over its target on the held-out windows, "
+                f"paired with PPO's stored evaluation ({results.relative_to(ROOT)}); 'matched' is the mixture of "
                 "two targets at PPO's mean attainment (scripts/fleet_equal_attainment.py's docstring)",
         "command": "python scripts/fleet_equal_attainment.py",
         "made_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "episodes": episodes, "key": f"evaluate.evaluation_key({seed})",
         "units": "gpu_hours [GPU h per day], slo_attainment [fraction], ci95: Student-t 95 % half-width, paired",
+        "results": str(results.relative_to(ROOT)),
         "ppo": {"gpu_hours": float(ppo["gpu_hours"].mean()), "slo_attainment": float(ppo["slo_attainment"].mean())},
         "hpa_rerun_max_abs_diff": worst, "hpa": rows, "matched": match,
     }
@@ -130,7 +139,8 @@ def markdown(doc: dict) -> str:
                      f"| {m['slo_attainment']:.4f} | **{m['ppo_minus_hpa_gpu_h']:+.1f} ± "
                      f"{m['ppo_minus_hpa_gpu_h_ci95']:.1f}** | 0 |")
     p = doc["ppo"]
-    lines.append(f"| PPO ({RESULTS.name}) | {p['gpu_hours']:.1f} | {p['slo_attainment']:.4f} | | |")
+    lines.append(f"| PPO ({Path(doc.get('results', RESULTS.name)).name}) | {p['gpu_hours']:.1f} | "
+                 f"{p['slo_attainment']:.4f} | | |")
     return "\n".join(lines)
 
 
@@ -138,12 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=0, help="the evaluation seed of results/fleet1_v1.json")
     ap.add_argument("--markdown", action="store_true", help="print the table of the stored JSON, run nothing")
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument("--task", default=ENV_ID, choices=sorted(STUDIES), help="the fleet task")
+    ap.add_argument("--out", default="", help="default: the task's (STUDIES)")
     args = ap.parse_args(argv)
+    args.out = args.out or str(STUDIES[args.task][1])
     if args.markdown:
         print(markdown(json.loads(Path(args.out).read_text())))
         return
-    doc = measure(args.seed)
+    doc = measure(args.task, args.seed)
     doc["command"] = "python scripts/fleet_equal_attainment.py " + " ".join(argv if argv is not None else sys.argv[1:])
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(markdown(doc))
