@@ -25,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -62,9 +63,10 @@ def slug(env_id: str) -> str:
     return env_id.removeprefix("InferenceGym-").replace("-", "_").lower()
 
 
-def measure(env_id: str, keys: int, steps: int, warmup: int) -> tuple[list[float], np.ndarray]:
-    """(capacity per N = 0..R [req/s per replica], attainment (R, grid, keys))."""
-    env, params = make_fleet(env_id)
+def measure(env_id: str, keys: int, steps: int, warmup: int, **overrides: Any) -> tuple[list[float], np.ndarray]:
+    """(capacity per N = 0..R [req/s per replica], attainment (R, grid, keys)); `overrides` go to
+    `make_fleet` (a variant of the task, e.g. fleet={"least_loaded_unit": "request"})."""
+    env, params = make_fleet(env_id, **overrides)
     r = params.num_replicas
     grid = [(load, n, k) for n in range(1, r + 1) for load in LOAD_GRID for k in range(keys)]
     loads = jnp.asarray([g[0] for g in grid], jnp.float32)

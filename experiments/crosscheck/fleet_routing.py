@@ -76,17 +76,19 @@ def lengths(rng: np.random.Generator, n: int, law: tuple[float, float, int, int]
     return np.round(np.clip(np.exp(np.log(median) + sigma * rng.standard_normal(n)), low, high)).astype(np.int64)
 
 
-def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps) -> tuple[int, int, int, int]:
-    """(requests measured, meeting both SLOs, missing TTFT, missing TPOT) of one exact run."""
+def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps,
+                     replicas: int = NUM_REPLICAS) -> tuple[int, int, int, int]:
+    """(requests measured, meeting both SLOs, missing TTFT, missing TPOT) of one exact run of
+    `replicas` workers at `rate` req/s each."""
     rng = np.random.default_rng(seed)
-    n = int(rng.poisson(rate * NUM_REPLICAS * SECONDS))
+    n = int(rng.poisson(rate * replicas * SECONDS))
     arrival = np.sort(rng.uniform(0.0, SECONDS, n))
     prompt, output = lengths(rng, n, PROMPT), lengths(rng, n, OUTPUT)
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
     workers = [Worker(BATCH_CAP, steps, steps.kv_capacity, MAX_BATCHED_TOKENS, first, finish)
-               for _ in range(NUM_REPLICAS)]
-    pick = rng.integers(0, NUM_REPLICAS, n)
-    ties = rng.random((n, NUM_REPLICAS))
+               for _ in range(replicas)]
+    pick = rng.integers(0, replicas, n)
+    ties = rng.random((n, replicas))
     for i in range(n):
         t = float(arrival[i])
         if router == "jsq":
