@@ -9,7 +9,7 @@ For each baseline (`inferencegym_jax.fleet.baselines`) a small grid of candidate
 `evaluate.training_key(seed)`), every candidate of a baseline in one vmapped call. The rule:
   static_for_peak: the smallest replica count whose SLO attainment is >= slo_target on every
     training episode evaluated;
-  hpa, forecast, oracle, oracle_pooled: among the candidates whose attainment is >= slo_target on
+  hpa, hpa_pooled, forecast, oracle, oracle_pooled: among the candidates whose attainment is >= slo_target on
     every training episode, the one with the fewest mean GPU-hours (none qualifying: the highest
     worst-episode attainment, flagged "qualified": false).
 Then the baselines run on every held-out window (`evaluate.evaluation_key(seed)`), graded
@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 GRIDS = {
     "static_for_peak": {"replicas": [8, 9, 10, 11, 12, 13, 14, 15, 16]},
     "hpa": {"target": [1.0, 1.1, 1.2, 1.3, 1.4, 1.8, 2.2]},  # 1.1..1.3 added: the step 1.0 -> 1.4 was too coarse
+    # The pooled oracle's multiple, reacting instead of foreseeing: lower, for the provisioning lead.
+    # Added 2026-12-08 (Fleet1-v2's file; v1's has none: run v1 with --reuse to add it).
+    "hpa_pooled": {"scale": [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3]},  # 1.1.. added: 1.0, the first top, qualified
     "forecast": {"capacity": [1.7, 2.0], "spare": [1.0, 2.0]},
     "oracle": {"capacity": [1.3, 1.45, 1.6, 1.9, 2.2, 2.5]},  # 1.3, 1.45 added: none of 1.6.. qualified
     # A multiple of the capacity per fleet size measured at a constant load (scripts/fleet_capacity.py):
@@ -73,6 +76,8 @@ UNITS = {
     ("static_for_peak", "replicas"): ("replicas", "the fixed replica count (least-loaded routing)"),
     ("hpa", "target"): ("req/s per serving replica", "HPA target of the arrival rate per serving "
                                                   "replica (tolerance 0.1, 300-s scale-down window)"),
+    ("hpa_pooled", "scale"): ("", "multiple of the capacity per fleet size (data/fleet/<task>_capacity.json) "
+                                  "the HPA's recommendation carries the last interval's rate at"),
     ("forecast", "capacity"): ("req/s per replica", "rate one replica is provisioned for"),
     ("forecast", "spare"): ("replicas", "added to the forecast's replicas"),
     ("oracle", "capacity"): ("req/s per replica", "rate one replica is provisioned for (clairvoyant bound)"),

@@ -4,18 +4,20 @@
     .venv-dev/bin/python scripts/fleet_equal_attainment.py --markdown  # docs/FLEET.md's table of that file
     .venv-dev/bin/python scripts/fleet_equal_attainment.py --task InferenceGym-Fleet1-v2   # fleet1_v2_...json
 
-The HPA trades SLO attainment for GPU-hours through its target [req/s per serving replica]. Each
-target of TARGETS runs on the held-out windows with the keys of PPO's stored evaluation
-(results/fleet1_v1.json: `evaluate.evaluation_key(eval_seed)`, episodes 0..N-1), so every
-episode is paired with PPO's. Between two targets a and b the HPA's frontier is their mixture: run
-a on a fraction 1 - w of the days and b on w, which gives (1 - w) x + w y in expectation of any
-per-episode quantity x (under a) and y (under b). The HPA matched to PPO is that mixture of the
-two neighbouring targets whose mean attainment equals PPO's; its per-episode GPU-hours
+The HPA trades SLO attainment for GPU-hours through its target [req/s per serving replica] (the
+pooled HPA, where a task has one, through its scale). Each value of a baseline's list (STUDIES)
+runs on the held-out windows with the keys of PPO's stored evaluation (results/fleet1_v1.json:
+`evaluate.evaluation_key(eval_seed)`, episodes 0..N-1), so every episode is paired with PPO's.
+Between two targets a and b the HPA's frontier is their mixture: run a on a fraction 1 - w of
+the days and b on w, which gives (1 - w) x + w y in expectation of any per-episode quantity x
+(under a) and y (under b). The HPA matched to PPO is that mixture of the two neighbouring targets
+whose mean attainment equals PPO's; its per-episode GPU-hours
 (1 - w) a_i + w b_i are paired with PPO's (Student-t 95 % CI, `fleet.evaluate.paired_ci95`).
 
 The targets are picked here on the held-out days with PPO's attainment known: the most favourable
 HPA for this comparison, so a PPO win is conservative. Before anything is paired, the run of the
-HPA's chosen target (data/fleet/fleet1_v1_baselines.json) must reproduce the results file's "hpa" rows.
+HPA's chosen target (data/fleet/fleet1_v1_baselines.json) must reproduce the results file's "hpa" rows
+(each baseline's chosen value its own rows).
 """
 
 from __future__ import annotations
@@ -40,27 +42,33 @@ OUT = ROOT / "experiments" / "results" / "fleet1_equal_attainment.json"
 # [req/s per serving replica]: the HPA's targets, around the one the task's baselines file chose
 # (data/fleet/fleet1_v1_baselines.json: 1.3) and past PPO's attainment on both sides.
 TARGETS = [1.0, 1.1, 1.2, 1.25, 1.3, 1.4]
-# task -> (PPO's stored evaluation, the study's JSON, the HPA's targets). Fleet1-v2's HPA chose 1.6
-# (data/fleet/fleet1_v2_baselines.json); its targets go 0.3 either side.
-STUDIES = {ENV_ID: (RESULTS, OUT, TARGETS),
+# task -> (PPO's stored evaluation, the study's JSON, {baseline: (its number, the values run)}).
+# Fleet1-v2: from each baseline's chosen value (data/fleet/fleet1_v2_baselines.json: the HPA 1.6, the
+# pooled HPA 1.0) down past PPO's held-out attainment (0.9998).
+STUDIES = {ENV_ID: (RESULTS, OUT, {"hpa": ("target", TARGETS)}),
            "InferenceGym-Fleet1-v2": (ROOT / "results" / "fleet1_v2.json",
                                       ROOT / "experiments" / "results" / "fleet1_v2_equal_attainment.json",
-                                      [1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9])}
+                                      {"hpa": ("target", [0.8, 0.9, 1.0, 1.2, 1.4, 1.6]),
+                                       "hpa_pooled": ("scale", [0.5, 0.6, 0.7, 0.8, 1.0])})}
 COLUMNS = ("gpu_hours", "slo_attainment")
+# baseline -> (its table's first header, its name in the other headers)
+LABELS = {"hpa": ("HPA target (req/s per replica)", "HPA"),
+          "hpa_pooled": ("pooled HPA scale (x capacity per fleet size)", "pooled HPA")}
 
 
-def run_targets(env_id: str, seed: int, episodes: int) -> dict[float, dict[str, np.ndarray]]:
-    """{target: {"gpu_hours", "slo_attainment"}: float64 (episodes,)} of the HPA on the held-out windows."""
+def run_targets(env_id: str, seed: int, episodes: int, name: str = "hpa") -> dict[float, dict[str, np.ndarray]]:
+    """{value: {"gpu_hours", "slo_attainment"}: float64 (N,)} of baseline `name` on the held-out windows."""
     env, params = make_fleet(env_id, split="heldout")
     chosen = fb.load_chosen(env_id)
+    number, values = STUDIES[env_id][2][name]
     out = {}
-    for target in STUDIES[env_id][2]:  # the library's evaluation, as the results file's: bit for bit its episodes
-        chosen["hpa"] = {"target": target}
-        hpa = fb.make_controllers(params, chosen)["hpa"]
-        res = fe.run_fleet_episodes(env, params, hpa, evaluate.evaluation_key(seed), episodes)
-        out[target] = {c: np.asarray(getattr(res, c), np.float64) for c in COLUMNS}
-        print(f"target {target}: {out[target]['gpu_hours'].mean():.1f} GPU-h, "
-              f"attainment {out[target]['slo_attainment'].mean():.5f}", flush=True)
+    for value in values:  # the library's evaluation, as the results file's: bit for bit its episodes
+        chosen[name] = {number: value}
+        controller = fb.make_controllers(params, chosen, fb.load_capacity(env_id))[name]
+        res = fe.run_fleet_episodes(env, params, controller, evaluate.evaluation_key(seed), episodes)
+        out[value] = {c: np.asarray(getattr(res, c), np.float64) for c in COLUMNS}
+        print(f"{name} {number} {value}: {out[value]['gpu_hours'].mean():.1f} GPU-h, "
+              f"attainment {out[value]['slo_attainment'].mean():.5f}", flush=True)
     return out
 
 
@@ -78,8 +86,45 @@ def matched(runs: dict[float, dict[str, np.ndarray]], attainment: float) -> dict
     return None
 
 
+def family(env_id: str, seed: int, episodes: int, name: str, ppo: dict, stored: dict
+           ) -> tuple[list[dict], dict | None, float]:
+    """(rows, the mixture matched to PPO's attainment or None, the largest difference of the rerun at
+    the chosen value from the results file's rows of `name`) of one baseline's values."""
+    number = STUDIES[env_id][2][name][0]
+    runs = run_targets(env_id, seed, episodes, name)
+    chosen = float(fb.load_chosen(env_id)[name][number])
+    rerun, kept = runs[chosen], stored["per_episode"][name]
+    worst = max(float(np.max(np.abs(rerun[c] - np.asarray(kept[c])))) for c in COLUMNS)
+    if worst > 0.0:
+        raise RuntimeError(f"{name} at its chosen {number} {chosen} differs from the results file's {name} rows by "
+                           f"{worst:.3g}: the episodes are not the stored ones, so nothing can be paired")
+    rows = []
+    for value, r in sorted(runs.items()):
+        d_gpu = fe.paired_ci95(ppo["gpu_hours"], r["gpu_hours"])
+        d_att = fe.paired_ci95(ppo["slo_attainment"], r["slo_attainment"])
+        rows.append({number: value, "gpu_hours": float(r["gpu_hours"].mean()),
+                     "slo_attainment": float(r["slo_attainment"].mean()),
+                     "min_attainment": float(r["slo_attainment"].min()),
+                     f"ppo_minus_{name}_gpu_h": d_gpu[0], f"ppo_minus_{name}_gpu_h_ci95": d_gpu[1],
+                     f"ppo_minus_{name}_attainment": d_att[0], f"ppo_minus_{name}_attainment_ci95": d_att[1]})
+    mix = matched(runs, float(ppo["slo_attainment"].mean()))
+    match = None
+    if mix is not None:
+        d_gpu = fe.paired_ci95(ppo["gpu_hours"], mix["gpu_hours"])
+        match = {"targets": [mix["a"], mix["b"]], "w": mix["w"], "gpu_hours": float(mix["gpu_hours"].mean()),
+                 "slo_attainment": float(mix["slo_attainment"].mean()),
+                 f"ppo_minus_{name}_gpu_h": d_gpu[0], f"ppo_minus_{name}_gpu_h_ci95": d_gpu[1]}
+    return rows, match, worst
+
+
+def matched_key(name: str) -> str:
+    """The document's key of baseline `name`'s matched mixture ("matched" for the HPA, as v1's file has it)."""
+    return "matched" if name == "hpa" else f"matched_{name}"
+
+
 def measure(env_id: str, seed: int) -> dict:
-    """The study's JSON document (see `main`)."""
+    """The study's JSON document (see `main`): per baseline `name` its rows (doc[name]), its matched
+    mixture (doc[matched_key(name)]) and its rerun's check (doc[f"{name}_rerun_max_abs_diff"])."""
     results = STUDIES[env_id][0]
     stored = json.loads(results.read_text())
     if stored["eval_seed"] != seed or stored["split"] != "heldout":
@@ -87,30 +132,7 @@ def measure(env_id: str, seed: int) -> dict:
                          f"on split {stored['split']!r}; allowed: --seed={stored['eval_seed']}")
     episodes = int(stored["episodes"])
     ppo = {c: np.asarray(stored["per_episode"]["ppo"][c], np.float64) for c in COLUMNS}
-    runs = run_targets(env_id, seed, episodes)
-    chosen = float(fb.load_chosen(env_id)["hpa"]["target"])
-    rerun, kept = runs[chosen], stored["per_episode"]["hpa"]
-    worst = max(float(np.max(np.abs(rerun[c] - np.asarray(kept[c])))) for c in COLUMNS)
-    if worst > 0.0:
-        raise RuntimeError(f"the HPA at its chosen target {chosen} differs from {results.name}'s hpa rows by "
-                           f"{worst:.3g}: the episodes are not the stored ones, so nothing can be paired")
-    rows = []
-    for target, r in sorted(runs.items()):
-        d_gpu = fe.paired_ci95(ppo["gpu_hours"], r["gpu_hours"])
-        d_att = fe.paired_ci95(ppo["slo_attainment"], r["slo_attainment"])
-        rows.append({"target": target, "gpu_hours": float(r["gpu_hours"].mean()),
-                     "slo_attainment": float(r["slo_attainment"].mean()),
-                     "min_attainment": float(r["slo_attainment"].min()),
-                     "ppo_minus_hpa_gpu_h": d_gpu[0], "ppo_minus_hpa_gpu_h_ci95": d_gpu[1],
-                     "ppo_minus_hpa_attainment": d_att[0], "ppo_minus_hpa_attainment_ci95": d_att[1]})
-    mix = matched(runs, float(ppo["slo_attainment"].mean()))
-    match = None
-    if mix is not None:
-        d_gpu = fe.paired_ci95(ppo["gpu_hours"], mix["gpu_hours"])
-        match = {"targets": [mix["a"], mix["b"]], "w": mix["w"], "gpu_hours": float(mix["gpu_hours"].mean()),
-                 "slo_attainment": float(mix["slo_attainment"].mean()),
-                 "ppo_minus_hpa_gpu_h": d_gpu[0], "ppo_minus_hpa_gpu_h_ci95": d_gpu[1]}
-    return {
+    doc = {
         "what": f"{env_id}: the HPA's GPU-hours and SLO attainment over its target on the held-out windows, "
                 f"paired with PPO's stored evaluation ({results.relative_to(ROOT)}); 'matched' is the mixture of "
                 "two targets at PPO's mean attainment (scripts/fleet_equal_attainment.py's docstring)",
@@ -120,28 +142,38 @@ def measure(env_id: str, seed: int) -> dict:
         "units": "gpu_hours [GPU h per day], slo_attainment [fraction], ci95: Student-t 95 % half-width, paired",
         "results": str(results.relative_to(ROOT)),
         "ppo": {"gpu_hours": float(ppo["gpu_hours"].mean()), "slo_attainment": float(ppo["slo_attainment"].mean())},
-        "hpa_rerun_max_abs_diff": worst, "hpa": rows, "matched": match,
     }
+    for name in STUDIES[env_id][2]:
+        rows, match, worst = family(env_id, seed, episodes, name, ppo, stored)
+        doc.update({f"{name}_rerun_max_abs_diff": worst, name: rows, matched_key(name): match})
+    return doc
 
 
-def markdown(doc: dict) -> str:
-    """docs/FLEET.md's table of the study (from its JSON document)."""
-    lines = ["| HPA target (req/s per replica) | GPU-h/day | SLO attainment | PPO - HPA, GPU-h (paired 95 % CI) "
-             "| PPO - HPA, attainment |", "|---|---|---|---|---|"]
-    for r in doc["hpa"]:
-        lines.append(f"| {r['target']:g} | {r['gpu_hours']:.1f} | {r['slo_attainment']:.4f} "
-                     f"| {r['ppo_minus_hpa_gpu_h']:+.1f} ± {r['ppo_minus_hpa_gpu_h_ci95']:.1f} "
-                     f"| {r['ppo_minus_hpa_attainment']:+.4f} ± {r['ppo_minus_hpa_attainment_ci95']:.4f} |")
-    m = doc["matched"]
+def markdown(doc: dict, name: str = "hpa") -> str:
+    """docs/FLEET.md's table of the study for baseline `name` (from its JSON document)."""
+    header, who = LABELS[name]
+    number = "target" if name == "hpa" else "scale"
+    lines = [f"| {header} | GPU-h/day | SLO attainment | PPO - {who}, GPU-h (paired 95 % CI) "
+             f"| PPO - {who}, attainment |", "|---|---|---|---|---|"]
+    for r in doc[name]:
+        lines.append(f"| {r[number]:g} | {r['gpu_hours']:.1f} | {r['slo_attainment']:.4f} "
+                     f"| {r[f'ppo_minus_{name}_gpu_h']:+.1f} ± {r[f'ppo_minus_{name}_gpu_h_ci95']:.1f} "
+                     f"| {r[f'ppo_minus_{name}_attainment']:+.4f} ± {r[f'ppo_minus_{name}_attainment_ci95']:.4f} |")
+    m = doc[matched_key(name)]
     if m is not None:
         a, b = m["targets"]
         lines.append(f"| **mixture of {a:g} and {b:g} (w = {m['w']:.2f}) at PPO's attainment** | {m['gpu_hours']:.1f} "
-                     f"| {m['slo_attainment']:.4f} | **{m['ppo_minus_hpa_gpu_h']:+.1f} ± "
-                     f"{m['ppo_minus_hpa_gpu_h_ci95']:.1f}** | 0 |")
+                     f"| {m['slo_attainment']:.4f} | **{m[f'ppo_minus_{name}_gpu_h']:+.1f} ± "
+                     f"{m[f'ppo_minus_{name}_gpu_h_ci95']:.1f}** | 0 |")
     p = doc["ppo"]
     lines.append(f"| PPO ({Path(doc.get('results', RESULTS.name)).name}) | {p['gpu_hours']:.1f} | "
                  f"{p['slo_attainment']:.4f} | | |")
     return "\n".join(lines)
+
+
+def markdowns(doc: dict) -> str:
+    """Every baseline's table of the study (the HPA's first), a blank line between."""
+    return "\n\n".join(markdown(doc, name) for name in LABELS if name in doc)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -153,12 +185,12 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     args.out = args.out or str(STUDIES[args.task][1])
     if args.markdown:
-        print(markdown(json.loads(Path(args.out).read_text())))
+        print(markdowns(json.loads(Path(args.out).read_text())))
         return
     doc = measure(args.task, args.seed)
     doc["command"] = "python scripts/fleet_equal_attainment.py " + " ".join(argv if argv is not None else sys.argv[1:])
     Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
-    print(markdown(doc))
+    print(markdowns(doc))
     print("wrote", args.out)
 
 

@@ -110,6 +110,29 @@ def test_hpa_scales_up_at_once_and_down_only_after_its_window():
     assert held[-1] == 2  # then ceil(8 x 0.5 / 2)
 
 
+def test_pooled_hpa_carries_the_last_rate_at_the_capacity_per_size_under_the_hpa_window():
+    """The fewest N with scale x N x capacity[N] >= the last interval's rate, at once up, down only
+    after the 300-s window; the HPA's refactored stabilisation is the same function."""
+    @struct.dataclass
+    class P:
+        num_replicas: int = struct.field(pytree_node=False, default=4)
+
+    capacity = jnp.asarray([0.0, 0.5, 1.0, 1.5, 2.0], jnp.float32)  # N x capacity: 0, 0.5, 2, 4.5, 8 req/s
+    assert [int(fb.pooled_replicas(jnp.float32(r), capacity, jnp.float32(1.0), 4)) for r in (0.0, 0.5, 0.6, 4.5,
+                                                                                              8.0, 9.0)] == [
+        0, 1, 2, 3, 4, 4]  # none carries 9: the whole fleet
+    assert int(fb.pooled_replicas(jnp.float32(4.0), capacity, jnp.float32(0.5), 4)) == 4  # 3 x 1.5 x 0.5 < 4
+    hpa, p = fb.PooledHpaController(capacity, jnp.float32(1.0), 5), P()
+    memory = hpa.init(None, Seen(jnp.int32(0), obs(0.4, 1.0), None), p)
+    acts = []
+    for t, rate in enumerate([0.4, 4.0, 7.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]):
+        committed = acts[-1] if acts else 1
+        action, memory = hpa.act(memory, None, Seen(jnp.int32(t), obs(rate, float(committed)), None), p)
+        acts.append(int(action[0]))
+    assert acts[:3] == [1, 3, 4]  # up at once (0.4 -> 1, 4 -> 3, 7 -> 4 replicas)
+    assert acts[3:7] == [4] * 4 and acts[-1] == 2  # 1 req/s needs 2: held through the window first
+
+
 def test_hpa_counts_warming_replicas_as_missing():
     ready, missing = jnp.int32(4), jnp.int32(4)
     # up: 4 ready at 3 req/s each (ratio 1.5); the 4 warming count as 0: ratio 0.75 flips -> hold 8
@@ -177,7 +200,9 @@ def test_bad_input_is_refused(small):
 def test_the_chosen_numbers_come_from_the_data_file(env_id):
     data = json.loads(shipped("data").joinpath("fleet", fb.BASELINES_FILE[env_id]).read_text())
     assert data["what"].startswith(env_id + "'s")
-    assert set(data["chosen"]) == {"static_for_peak", "hpa", "forecast", "oracle", "oracle_pooled"}
+    # hpa_pooled came later (2026-12-08): in Fleet1-v2's file, not yet in v1's
+    base = {"static_for_peak", "hpa", "forecast", "oracle", "oracle_pooled"}
+    assert set(data["chosen"]) == base | ({"hpa_pooled"} if env_id == "InferenceGym-Fleet1-v2" else set())
     for name, entry in data["chosen"].items():
         for key, item in entry.items():
             assert {"value", "unit", "what"} <= set(item), (name, key)
@@ -199,6 +224,10 @@ def test_the_chosen_numbers_come_from_the_data_file(env_id):
     capacity = json.loads(shipped("data").joinpath("fleet", fb.CAPACITY_FILE[env_id]).read_text())["capacity"]["value"]
     np.testing.assert_allclose(np.asarray(pooled.capacity), capacity)
     assert pooled.lookahead_min == ctrl["oracle"].lookahead_min
+    if "hpa_pooled" in data["chosen"]:
+        assert float(ctrl["hpa_pooled"].scale) == pytest.approx(data["chosen"]["hpa_pooled"]["scale"]["value"])
+        np.testing.assert_allclose(np.asarray(ctrl["hpa_pooled"].capacity), capacity)
+        assert ctrl["hpa_pooled"].window == ctrl["hpa"].window == 5
 
 
 def test_pooled_oracle_takes_the_fewest_replicas_that_carry_the_peak(small):
@@ -243,28 +272,39 @@ def test_the_capacity_file_follows_from_its_measurements(env_id):
     assert expect[-1] > expect[4] > 0.0  # pooling: 16 replicas carry more each than 4
 
 
-def test_the_equal_attainment_study_is_current_and_paired_with_the_results_file():
-    """docs/FLEET.md holds scripts/fleet_equal_attainment.py's table of its JSON; the study's PPO is
-    results/fleet1_v1.json's, its HPA at the chosen target that file's hpa rows, and the matched
-    mixture sits at PPO's attainment between its two targets."""
+def _equal_attainment_script():
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    path = root / "scripts" / "fleet_equal_attainment.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "fleet_equal_attainment.py"
     spec = importlib.util.spec_from_file_location("fleet_equal_attainment", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
-    doc = json.loads(script.OUT.read_text())
-    page = (root / "docs" / "FLEET.md").read_text()
-    start, end = "<!-- fleet1-equal-attainment:start -->", "<!-- fleet1-equal-attainment:end -->"
-    assert f"{start}\n{script.markdown(doc)}\n{end}" in page
-    stored = json.loads(script.RESULTS.read_text())["per_episode"]
+    return script
+
+
+@pytest.mark.parametrize("env_id", ["InferenceGym-Fleet1-v1", "InferenceGym-Fleet1-v2"])
+def test_the_equal_attainment_study_is_current_and_paired_with_the_results_file(env_id):
+    """docs/FLEET.md holds scripts/fleet_equal_attainment.py's tables of the task's JSON; the study's
+    PPO is the task's results file's, each baseline at its chosen value that file's rows, and each
+    matched mixture sits at PPO's attainment between its two values."""
+    script = _equal_attainment_script()
+    results, out, families = script.STUDIES[env_id]
+    doc = json.loads(out.read_text())
+    page = (out.parents[2] / "docs" / "FLEET.md").read_text()
+    tag = "fleet1" if env_id == script.ENV_ID else fb.BASELINES_FILE[env_id].removesuffix("_baselines.json")
+    start, end = f"<!-- {tag}-equal-attainment:start -->", f"<!-- {tag}-equal-attainment:end -->"
+    assert f"{start}\n{script.markdowns(doc)}\n{end}" in page
+    stored = json.loads(results.read_text())["per_episode"]
     assert doc["ppo"]["gpu_hours"] == pytest.approx(np.mean(stored["ppo"]["gpu_hours"]), rel=1e-12)
-    chosen = fb.load_chosen(script.ENV_ID)["hpa"]["target"]
-    row = next(r for r in doc["hpa"] if r["target"] == chosen)
-    assert row["gpu_hours"] == pytest.approx(np.mean(stored["hpa"]["gpu_hours"]), rel=1e-12)
-    m = doc["matched"]
-    assert m["slo_attainment"] == pytest.approx(doc["ppo"]["slo_attainment"], abs=1e-9)
-    a, b = (next(r for r in doc["hpa"] if r["target"] == t) for t in m["targets"])
-    assert min(a["gpu_hours"], b["gpu_hours"]) <= m["gpu_hours"] <= max(a["gpu_hours"], b["gpu_hours"])
+    for name, (number, values) in families.items():
+        chosen = fb.load_chosen(env_id)[name][number]
+        assert [r[number] for r in doc[name]] == sorted(values)
+        row = next(r for r in doc[name] if r[number] == chosen)
+        assert row["gpu_hours"] == pytest.approx(np.mean(stored[name]["gpu_hours"]), rel=1e-12)
+        m = doc[script.matched_key(name)]
+        if m is None:  # PPO's attainment outside the values' range: the tables say so
+            continue
+        assert m["slo_attainment"] == pytest.approx(doc["ppo"]["slo_attainment"], abs=1e-9)
+        a, b = (next(r for r in doc[name] if r[number] == t) for t in m["targets"])
+        assert min(a["gpu_hours"], b["gpu_hours"]) <= m["gpu_hours"] <= max(a["gpu_hours"], b["gpu_hours"])

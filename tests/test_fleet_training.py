@@ -11,6 +11,8 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax.cli import main
+from inferencegym_jax.files import shipped
+from inferencegym_jax.fleet import baselines as fb
 from inferencegym_jax.fleet.tasks import make_fleet
 from inferencegym_jax.training_setup import ServingSetup, from_dict, load_config, make_train, read_config
 from training.evaluation import evaluate_fleet, fleet_eval_record, fleet_heldout_params, fleet_levels
@@ -47,12 +49,34 @@ def test_a_setting_a_fleet_lacks_is_refused_naming_the_key(key, value):
         ServingSetup.from_dict({"task": FLEET, "default_logit": 5.0, key: value})
 
 
-def test_a_fleet_imitates_only_the_forecast_and_a_server_never_does():
-    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'mpc': the fleet task .* only 'forecast'"):
+def test_a_fleet_imitates_only_its_causal_baselines_and_a_server_never_does():
+    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'mpc': the fleet task .* only one of "
+                                         r"\['forecast', 'hpa', 'hpa_pooled'\]"):
         ServingSetup.from_dict({"task": FLEET, "imitation_episodes": 4})
-    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'forecast' is a fleet's teacher"):
-        ServingSetup.from_dict({"task": "InferenceGym-Task3-v2", "imitation_episodes": 4,
-                                "imitation_teacher": "forecast"})
+    # Fleet1-v1's baselines file has no pooled HPA: refused at build, naming the key and what it has
+    with pytest.raises(ValueError, match="config key 'imitation_teacher' = 'hpa_pooled': InferenceGym-Fleet1-v1's "
+                                         r"baselines file has none; allowed: \['forecast', 'hpa'\]"):
+        ServingSetup.from_dict({"task": FLEET, "imitation_episodes": 4, "imitation_teacher": "hpa_pooled"}).build()
+    for teacher in ("forecast", "hpa_pooled"):
+        with pytest.raises(ValueError, match=f"config key 'imitation_teacher' = '{teacher}' is a fleet's teacher"):
+            ServingSetup.from_dict({"task": "InferenceGym-Task3-v2", "imitation_episodes": 4,
+                                    "imitation_teacher": teacher})
+
+
+def test_a_fleet_teacher_takes_the_rules_numbers_or_the_lowest_cost_ones():
+    """'rule': the baselines file's choice; 'lowest_cost': the training search's row with the lowest J."""
+    v2 = "InferenceGym-Fleet1-v2"
+    rule = ServingSetup.from_dict({"task": v2, "imitation_episodes": 2, "imitation_teacher": "hpa_pooled"}).build()
+    cheap = ServingSetup.from_dict({"task": v2, "imitation_episodes": 2, "imitation_teacher": "hpa_pooled",
+                                    "imitation_teacher_choice": "lowest_cost"}).build()
+    data = json.loads(shipped("data").joinpath("fleet", "fleet1_v2_baselines.json").read_text())
+    rows = data["search"]["hpa_pooled"]["table"]
+    assert float(rule.teacher.controller.scale) == pytest.approx(data["chosen"]["hpa_pooled"]["scale"]["value"])
+    assert float(cheap.teacher.controller.scale) == pytest.approx(min(rows, key=lambda r: r["J_mean"])["scale"])
+    with pytest.raises(ValueError, match="config key 'imitation_teacher_choice' = 'lowest_cost' is a fleet"):
+        ServingSetup.from_dict({"task": "InferenceGym-Task3-v2", "imitation_teacher_choice": "lowest_cost"})
+    with pytest.raises(ValueError, match="baseline 'nope' is not in fleet1_v2_baselines.json"):
+        fb.lowest_cost_numbers(v2, "nope")
 
 
 @pytest.mark.slow  # the fast tier's budget: compiles the fleet's teacher or trainer and graded episodes

@@ -15,12 +15,12 @@ from inferencegym_jax.training_setup import ServingSetup, TrainConfig, from_dict
 from training import config as ppo_config
 from training.config import HParams, PPOConfig, shipped_configs, static_fields, traced_fields
 
-# The keys that left PPOConfig for the serving setup (issue 40): what a configs/train file names
-# about the env and its teacher. imitation_epochs, imitation_rounds and imitation_lr (the fit to a
-# teacher, env-agnostic) stayed in PPOConfig.
+# The serving setup's keys: those that left PPOConfig for it (issue 40), what a configs/train file
+# names about the env and its teacher, and imitation_teacher_choice, born there. imitation_epochs,
+# imitation_rounds and imitation_lr (the fit to a teacher, env-agnostic) stayed in PPOConfig.
 MOVED = {"task", "action_mode", "history_windows", "history_window_intervals", "forecast_intervals",
-         "imitation_episodes", "imitation_teacher", "imitation_horizon", "imitation_samples", "default_logit",
-         "initial_action"}
+         "imitation_episodes", "imitation_teacher", "imitation_teacher_choice", "imitation_horizon",
+         "imitation_samples", "default_logit", "initial_action"}
 
 
 def test_shipped_configs_load_and_cover_every_task():

@@ -361,7 +361,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     if config.imitation_episodes and not args.resume and start is None:
         teacher = {"mpc": "the causal mpc", "switch_rule": "the switching rule",
-                   "forecast": "the seasonal forecast baseline", "week_peak": "the week-peak reservation",
+                   "forecast": "the seasonal forecast baseline", "hpa": "the HPA baseline",
+                   "hpa_pooled": "the pooled HPA baseline", "week_peak": "the week-peak reservation",
                    "flat_fraction": "the flat-fraction reservation",
                    "rolling_quantile": "the rolling-quantile reservation"}[config.imitation_teacher]
         print(f"imitating {teacher} first: {config.imitation_episodes} of its episodes and "

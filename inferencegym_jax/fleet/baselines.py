@@ -1,9 +1,10 @@
-"""Non-learning fleet controllers (issue 42): static for the peak, Kubernetes' HPA, a seasonal-naive
-forecast, and two clairvoyant oracles (bounds): one at a flat capacity per replica, one at the
-fleet's capacity per size measured on its own physics (`data/fleet/fleet1_v1_capacity.json`,
-`scripts/fleet_capacity.py`: pooled replicas carry more each). Every chosen number is read from
-data/fleet/fleet1_v1_baselines.json, which `scripts/fleet_baselines.py` writes from a search on
-the TRAINING split (never the held-out days).
+"""Non-learning fleet controllers (issue 42): static for the peak, Kubernetes' HPA, the HPA's
+stabilisation around the fleet's capacity per size (`hpa_pooled`), a seasonal-naive forecast, and
+two clairvoyant oracles (bounds): one at a flat capacity per replica, one at the fleet's capacity
+per size measured on its own physics (`data/fleet/<task>_capacity.json`, `scripts/fleet_capacity.py`:
+pooled replicas carry more each). Every chosen number is read from the task's
+data/fleet/<task>_baselines.json, which `scripts/fleet_baselines.py` writes from a search on the
+TRAINING split (never the held-out days).
 
 Every controller is a pytree (`flax.struct`) meeting `protocols.Controller`; its numbers are leaves,
 so controllers that differ only in them share one compiled episode. Each routes least-loaded (rule 0)
@@ -28,6 +29,14 @@ HPA: the algorithm of https://kubernetes.io/docs/concepts/workloads/autoscaling/
   engine, whose code requests finish within seconds, it swung from 0.001 to 1.4 requests per
   replica between minutes of a steady load (a probe on a training window), so the HPA on it
   scaled on noise. `hpa_queue_metric` keeps it for comparison.
+
+Pooled HPA (`PooledHpaController`; not Kubernetes' formula, which has one target per pod): the
+recommendation is the fewest replicas whose capacity per fleet size carries the last interval's
+arrival rate (`pooled_replicas`, the pooled oracle's rule on the observed rate instead of the
+future peak), under the HPA's scale-up rate limit and 300-s scale-down window. A flat target
+asks as much of a replica at 3 replicas as at 12; the measured capacity does not (Fleet1-v2: 1.2
+req/s per replica at 3, 2.4 at 12), so this is what an operator would configure from a
+load test of the fleet at each size.
 """
 
 from __future__ import annotations
@@ -134,14 +143,51 @@ class HpaController:
         ready = seen.obs.serving.astype(jnp.int32)
         missing = seen.obs.warming.astype(jnp.int32)
         current = ready + missing
-        desired = hpa_recommendation(hpa_metric(seen), ready, missing, self.target)
-        desired = jnp.clip(desired, 1, params.num_replicas)
-        desired = jnp.minimum(desired, jnp.maximum(2 * current, current + HPA_UP_PODS))  # scale-up rate limit
-        memory = jnp.concatenate([desired[None], memory[:-1]])
-        # k8s stabilizeRecommendationWithBehaviors: up window 0 -> up_rec = desired; down_rec = max
-        down_rec = jnp.max(memory)
-        final = jnp.minimum(jnp.maximum(current, desired), down_rec)
-        return _action(final, params), memory
+        return stabilised(hpa_recommendation(hpa_metric(seen), ready, missing, self.target), memory, current, params)
+
+    def update(self, memory: jax.Array, step: StepOutput, params: FleetParams) -> jax.Array:
+        return memory
+
+
+def pooled_replicas(rate: jax.Array, capacity: jax.Array, scale: jax.Array, num_replicas: int) -> jax.Array:
+    """int32 () [replicas], the fewest N with scale x N x capacity[N] >= rate [req/s]; num_replicas
+    if none. capacity: float32 (R + 1,) [req/s per replica] by fleet size; scale: float32 () [1]."""
+    carried = scale * jnp.arange(capacity.shape[0], dtype=jnp.float32) * capacity
+    enough = carried >= rate
+    return jnp.where(enough.any(), jnp.argmax(enough), num_replicas).astype(jnp.int32)
+
+
+def stabilised(desired: jax.Array, memory: jax.Array, current: jax.Array, params: FleetParams
+               ) -> tuple[jax.Array, jax.Array]:
+    """(int32 (2,) action, memory): the HPA's scale-up rate limit and scale-down window applied to
+    the raw recommendation `desired` [replicas] (memory: int32 (window,), newest first)."""
+    desired = jnp.clip(desired, 1, params.num_replicas)
+    desired = jnp.minimum(desired, jnp.maximum(2 * current, current + HPA_UP_PODS))  # scale-up rate limit
+    memory = jnp.concatenate([desired[None], memory[:-1]])
+    # k8s stabilizeRecommendationWithBehaviors: up window 0 -> up_rec = desired; down_rec = max
+    final = jnp.minimum(jnp.maximum(current, desired), jnp.max(memory))
+    return _action(final, params), memory
+
+
+@struct.dataclass
+class PooledHpaController:
+    """The HPA's stabilisation around the capacity per fleet size (module docstring): causal.
+
+    capacity: float32 (R + 1,) [req/s per replica] by fleet size (`scripts/fleet_capacity.py`);
+    scale: float32 () [1], chosen on the training days (below 1: headroom for the provisioning
+    lead); window: static int, recommendations kept. Memory: int32 (window,) [replicas].
+    """
+
+    capacity: jax.Array
+    scale: jax.Array
+    window: int = struct.field(pytree_node=False, default=5)
+
+    def init(self, key: jax.Array, seen: Seen, params: FleetParams) -> jax.Array:
+        return jnp.full((self.window,), _committed(seen), jnp.int32)
+
+    def act(self, memory: jax.Array, key: jax.Array, seen: Seen, params: FleetParams) -> tuple[jax.Array, jax.Array]:
+        desired = pooled_replicas(seen.obs.arrival_rate, self.capacity, self.scale, params.num_replicas)
+        return stabilised(desired, memory, _committed(seen), params)
 
     def update(self, memory: jax.Array, step: StepOutput, params: FleetParams) -> jax.Array:
         return memory
@@ -235,9 +281,7 @@ class PooledOracleController:
 
     def act(self, memory: tuple[()], key: jax.Array, seen: Seen, params: FleetParams) -> tuple[jax.Array, tuple[()]]:
         peak = peak_ahead(seen, params, self.lookahead_min)
-        carried = self.scale * jnp.arange(self.capacity.shape[0], dtype=jnp.float32) * self.capacity
-        enough = carried >= peak
-        return _action(jnp.where(enough.any(), jnp.argmax(enough), params.num_replicas), params), memory
+        return _action(pooled_replicas(peak, self.capacity, self.scale, params.num_replicas), params), memory
 
     def update(self, memory: tuple[()], step: StepOutput, params: FleetParams) -> tuple[()]:
         return memory
@@ -255,8 +299,9 @@ def hpa_window(params: FleetParams) -> int:
 
 def make_controllers(params: FleetParams, chosen: dict[str, Any], capacity: Any = None) -> dict[str, Any]:
     """The controllers from the chosen numbers {"static_for_peak": {"replicas"}, "hpa": {"target"},
-    "forecast": {"capacity", "spare"}, "oracle": {"capacity"}} and, with "oracle_pooled": {"scale"}
-    and `capacity` (float (R + 1,) [req/s per replica] by fleet size), the pooled oracle."""
+    "forecast": {"capacity", "spare"}, "oracle": {"capacity"}} and, with `capacity` (float (R + 1,)
+    [req/s per replica] by fleet size), the pooled ones of "hpa_pooled" and "oracle_pooled": {"scale"}
+    where chosen has them."""
     f32 = jnp.float32
     controllers = {
         "static_for_peak": StaticController(jnp.int32(chosen["static_for_peak"]["replicas"])),
@@ -264,11 +309,15 @@ def make_controllers(params: FleetParams, chosen: dict[str, Any], capacity: Any 
         "forecast": ForecastController(f32(chosen["forecast"]["capacity"]), f32(chosen["forecast"]["spare"])),
         "oracle": OracleController(f32(chosen["oracle"]["capacity"]), lookahead_minutes(params)),
     }
-    if "oracle_pooled" in chosen and capacity is not None:
-        table = jnp.asarray(capacity, f32)
-        if table.shape != (params.num_replicas + 1,):
-            raise ValueError(f"capacity has shape {table.shape}; allowed: ({params.num_replicas + 1},), one per "
-                             f"fleet size 0..{params.num_replicas}")
+    if capacity is None:
+        return controllers
+    table = jnp.asarray(capacity, f32)
+    if table.shape != (params.num_replicas + 1,):
+        raise ValueError(f"capacity has shape {table.shape}; allowed: ({params.num_replicas + 1},), one per "
+                         f"fleet size 0..{params.num_replicas}")
+    if "hpa_pooled" in chosen:
+        controllers["hpa_pooled"] = PooledHpaController(table, f32(chosen["hpa_pooled"]["scale"]), hpa_window(params))
+    if "oracle_pooled" in chosen:
         controllers["oracle_pooled"] = PooledOracleController(table, f32(chosen["oracle_pooled"]["scale"]),
                                                               lookahead_minutes(params))
     return controllers
@@ -286,6 +335,22 @@ def load_chosen(env_id: str) -> dict[str, Any]:
     return {name: {k: v["value"] for k, v in entry.items()} for name, entry in data["chosen"].items()}
 
 
+def lowest_cost_numbers(env_id: str, name: str) -> dict[str, Any]:
+    """The numbers of baseline `name`'s training-search candidate with the lowest mean episode cost J
+    (the reward PPO maximises) in the task's baselines file, where "chosen" has the fewest GPU-hours
+    at the SLO target.
+
+    Raises:
+      ValueError: a baseline the file did not search (names the ones it did).
+    """
+    load_chosen(env_id)  # the task's ValueError
+    data = json.loads(shipped("data").joinpath("fleet", BASELINES_FILE[env_id]).read_text())
+    if name not in data["search"]:
+        raise ValueError(f"baseline {name!r} is not in {BASELINES_FILE[env_id]}; allowed: {sorted(data['search'])}")
+    best = min(data["search"][name]["table"], key=lambda row: row["J_mean"])
+    return {key: best[key] for key in data["chosen"][name]}
+
+
 def load_capacity(env_id: str) -> list[float] | None:
     """The capacity per fleet size [req/s per replica] of data/fleet/<task>_capacity.json
     (`scripts/fleet_capacity.py`); None for a task without one."""
@@ -296,7 +361,7 @@ def load_capacity(env_id: str) -> list[float] | None:
 
 
 def fleet_baselines(env: FleetEnv, params: FleetParams) -> dict[str, Any]:
-    """{"static_for_peak", "hpa", "forecast", "oracle"[, "oracle_pooled"]}: the task's baselines,
+    """{"static_for_peak", "hpa", "forecast", "oracle"[, "hpa_pooled", "oracle_pooled"]}: the task's baselines,
     their numbers from data/fleet/<task>_baselines.json (chosen on the training split by
     scripts/fleet_baselines.py), the pooled oracle's capacities from data/fleet/<task>_capacity.json."""
     return make_controllers(params, load_chosen(env.env_id), load_capacity(env.env_id))

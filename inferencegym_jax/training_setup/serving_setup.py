@@ -19,9 +19,9 @@ configs/train file and builds those inputs (`build`):
 A fleet (`inferencegym_jax.fleet`, a registered `InferenceGym-Fleet*` id or a `FleetEnv`) is
 trained as is, in the absolute layout: its prior ('default', with `default_logit > 0`) and its
 warm-up action are the fleet's default configuration, every replica up and least-loaded routing
-([R, 0]), as a vLLM default is a server's; its one imitation teacher is the seasonal forecast
-baseline (`imitation_teacher = "forecast"`, `fleet.baselines`: causal, chosen on the training
-days); memory wrappers and 'best_static' are refused.
+([R, 0]), as a vLLM default is a server's; its imitation teachers are its causal baselines
+(`imitation_teacher` "forecast", "hpa" or "hpa_pooled", `fleet.baselines`: their numbers chosen on
+the training days); memory wrappers and 'best_static' are refused.
 A reservation task (`fleet.reservation`, a registered `InferenceGym-Reserve*` id) and any other
 env (the probes of `training.probes`) are trained as is: absolute layout only, no prior, warm-up
 action all zeros (a reservation's: nothing reserved), no memory wrapper; a setting they lack is
@@ -48,10 +48,12 @@ from training.config import describe_fields, field_names, field_values, fields_t
 from training.imitation import Teacher
 
 # Teachers the imitation before PPO may fit (`imitation_teacher`).
-IMITATION_TEACHERS = ("mpc", "switch_rule", "forecast", "week_peak", "flat_fraction", "rolling_quantile")
-# The one teacher of a fleet (`fleet.baselines`' seasonal forecast); the others plan or switch
-# with a serving env's simulator.
-FLEET_TEACHER = "forecast"
+IMITATION_TEACHERS = ("mpc", "switch_rule", "forecast", "hpa", "hpa_pooled", "week_peak", "flat_fraction",
+                      "rolling_quantile")
+# A fleet's teachers: its causal baselines (`fleet.baselines`: the seasonal forecast, the HPA and the
+# pooled HPA, their numbers chosen on the training days); the others plan or switch with a serving
+# env's simulator.
+FLEET_TEACHERS = ("forecast", "hpa", "hpa_pooled")
 # A reservation task's teachers: its causal baselines (`fleet.reservation_baselines`, the
 # fraction chosen on the training services), which read the observation alone.
 RESERVATION_TEACHERS = ("week_peak", "flat_fraction", "rolling_quantile")
@@ -87,10 +89,15 @@ class ServingSetup:
     imitation_teacher: str = static_field(
         "mpc", "whose choices the imitation fits: 'mpc' (the causal mpc, imitation_horizon and imitation_samples "
         "below) or 'switch_rule' (the switching rule inferencegym_jax.control.switch_rule selects for the task); "
-        "a fleet: 'forecast' (the seasonal forecast baseline, inferencegym_jax.fleet.baselines); a reservation "
-        "task: 'week_peak', 'flat_fraction' or 'rolling_quantile' (its causal baselines, "
+        "a fleet: 'forecast', 'hpa' or 'hpa_pooled' (its causal baselines, inferencegym_jax.fleet.baselines); a "
+        "reservation task: 'week_peak', 'flat_fraction' or 'rolling_quantile' (its causal baselines, "
         "inferencegym_jax.fleet.reservation_baselines)",
         lambda v: v in IMITATION_TEACHERS, f"one of {list(IMITATION_TEACHERS)}")
+    imitation_teacher_choice: str = static_field(
+        "rule", "a fleet teacher's numbers: 'rule' (its baselines file's choice, the fewest GPU-hours at the SLO "
+        "target on the training days) or 'lowest_cost' (the training search's candidate with the lowest mean "
+        "episode cost, the reward PPO maximises; fleet.baselines.lowest_cost_numbers)",
+        lambda v: v in ("rule", "lowest_cost"), "'rule' or 'lowest_cost'")
     imitation_horizon: int = static_field(
         HORIZON, "[intervals] the teacher mpc looks ahead (its MPCConfig.horizon; default mpc.HORIZON); it should "
         "cover the slowest reconfiguration's start-up and its payback (the v1 tasks' prefill engine starts in 10 s: "
@@ -144,12 +151,15 @@ class ServingSetup:
         if self.imitation_episodes and self.action_mode != "absolute":
             raise ValueError(f"config key 'imitation_episodes' = {self.imitation_episodes} needs action_mode = "
                              f"'absolute' (the teacher's actions are grid indices), not {self.action_mode!r}")
+        if self.imitation_teacher_choice != "rule" and not is_fleet_id(self.task):
+            raise ValueError(f"config key 'imitation_teacher_choice' = {self.imitation_teacher_choice!r} is a fleet "
+                             "teacher's; allowed here: 'rule'")
         if is_fleet_id(self.task):
             self._check_fleet(self.task)
         elif is_reservation_id(self.task):
             self._check_as_is(self.task)
-        elif self.imitation_episodes and self.imitation_teacher in (FLEET_TEACHER, *RESERVATION_TEACHERS):
-            whose = "a fleet's" if self.imitation_teacher == FLEET_TEACHER else "a reservation task's"
+        elif self.imitation_episodes and self.imitation_teacher in (*FLEET_TEACHERS, *RESERVATION_TEACHERS):
+            whose = "a fleet's" if self.imitation_teacher in FLEET_TEACHERS else "a reservation task's"
             raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r} is {whose} teacher; a "
                              "serving task imitates 'mpc' or 'switch_rule'")
 
@@ -162,9 +172,9 @@ class ServingSetup:
                 raise ValueError(f"config key {key!r} = {getattr(self, key)!r}: the fleet task {env_id} allows "
                                  f"only {value!r} (a fleet trains in its own action layout, without memory "
                                  "wrappers; its prior is its default configuration)")
-        if self.imitation_episodes and self.imitation_teacher != FLEET_TEACHER:
+        if self.imitation_episodes and self.imitation_teacher not in FLEET_TEACHERS:
             raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r}: the fleet task {env_id} "
-                             f"imitates only {FLEET_TEACHER!r} (fleet.baselines)")
+                             f"imitates only one of {list(FLEET_TEACHERS)} (fleet.baselines)")
 
     def _check_as_is(self, env_id: str) -> None:
         """ValueError naming the key for a setting a task trained as is (a reservation) lacks."""
@@ -237,10 +247,17 @@ class ServingSetup:
         default = np.array([params.num_replicas, FLEET_DEFAULT_ROUTING], np.int32)
         teacher = None
         if self.imitation_episodes:
-            from inferencegym_jax.fleet.baselines import fleet_baselines
+            from inferencegym_jax.fleet import baselines as fb
 
-            teacher = teachers.ControllerTeacher(env, params, self.imitation_episodes,
-                                                 fleet_baselines(env, params)[FLEET_TEACHER])
+            chosen = fb.load_chosen(env.env_id)
+            if self.imitation_teacher_choice == "lowest_cost" and self.imitation_teacher in chosen:
+                chosen[self.imitation_teacher] = fb.lowest_cost_numbers(env.env_id, self.imitation_teacher)
+            baselines = fb.make_controllers(params, chosen, fb.load_capacity(env.env_id))
+            if self.imitation_teacher not in baselines:
+                raise ValueError(f"config key 'imitation_teacher' = {self.imitation_teacher!r}: {env.env_id}'s "
+                                 f"baselines file has none; allowed: {sorted(set(baselines) & set(FLEET_TEACHERS))}")
+            policy = baselines[self.imitation_teacher]
+            teacher = teachers.ControllerTeacher(env, params, self.imitation_episodes, policy)
         return TrainingEnv(env, params, default if self.default_logit > 0 else None, default, teacher)
 
     def _reservation(self, env: ReservationEnv, params: Any) -> TrainingEnv:
