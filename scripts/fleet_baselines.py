@@ -47,7 +47,7 @@ GRIDS = {
     "static_for_peak": {"replicas": [8, 9, 10, 11, 12, 13, 14, 15, 16]},
     "hpa": {"target": [1.0, 1.1, 1.2, 1.3, 1.4, 1.8, 2.2]},  # 1.1..1.3 added: the step 1.0 -> 1.4 was too coarse
     # The pooled oracle's multiple, reacting instead of foreseeing: lower, for the provisioning lead.
-    # Added 2026-12-08 (Fleet1-v2's file; v1's has none: run v1 with --reuse to add it).
+    # Added 2026-12-07 (Fleet1-v2's file; v1's has none: run v1 with --reuse to add it).
     "hpa_pooled": {"scale": [0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3]},  # 1.1.. added: 1.0, the first top, qualified
     "forecast": {"capacity": [1.7, 2.0], "spare": [1.0, 2.0]},
     "oracle": {"capacity": [1.3, 1.45, 1.6, 1.9, 2.2, 2.5]},  # 1.3, 1.45 added: none of 1.6.. qualified

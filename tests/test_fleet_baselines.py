@@ -200,7 +200,7 @@ def test_bad_input_is_refused(small):
 def test_the_chosen_numbers_come_from_the_data_file(env_id):
     data = json.loads(shipped("data").joinpath("fleet", fb.BASELINES_FILE[env_id]).read_text())
     assert data["what"].startswith(env_id + "'s")
-    # hpa_pooled came later (2026-12-08): in Fleet1-v2's file, not yet in v1's
+    # hpa_pooled came later (2026-12-07): in Fleet1-v2's file, not yet in v1's
     base = {"static_for_peak", "hpa", "forecast", "oracle", "oracle_pooled"}
     assert set(data["chosen"]) == base | ({"hpa_pooled"} if env_id == "InferenceGym-Fleet1-v2" else set())
     for name, entry in data["chosen"].items():
