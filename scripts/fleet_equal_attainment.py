@@ -42,25 +42,24 @@ OUT = ROOT / "experiments" / "results" / "fleet1_equal_attainment.json"
 # [req/s per serving replica]: the HPA's targets, around the one the task's baselines file chose
 # (data/fleet/fleet1_v1_baselines.json: 1.3) and past PPO's attainment on both sides.
 TARGETS = [1.0, 1.1, 1.2, 1.25, 1.3, 1.4]
-# task -> (PPO's stored evaluation, the study's JSON, {baseline: (its number, the values run)}).
+# task -> (PPO's stored evaluation, the study's JSON, {baseline: the values of its number run (LABELS)}).
 # Fleet1-v2: from each baseline's chosen value (data/fleet/fleet1_v2_baselines.json: the HPA 1.6, the
 # pooled HPA 1.0) down past PPO's held-out attainment (0.9998).
-STUDIES = {ENV_ID: (RESULTS, OUT, {"hpa": ("target", TARGETS)}),
+STUDIES = {ENV_ID: (RESULTS, OUT, {"hpa": TARGETS}),
            "InferenceGym-Fleet1-v2": (ROOT / "results" / "fleet1_v2.json",
                                       ROOT / "experiments" / "results" / "fleet1_v2_equal_attainment.json",
-                                      {"hpa": ("target", [0.8, 0.9, 1.0, 1.2, 1.4, 1.6]),
-                                       "hpa_pooled": ("scale", [0.5, 0.6, 0.7, 0.8, 1.0])})}
+                                      {"hpa": [0.8, 0.9, 1.0, 1.2, 1.4, 1.6], "hpa_pooled": [0.5, 0.6, 0.7, 0.8, 1.0]})}
 COLUMNS = ("gpu_hours", "slo_attainment")
-# baseline -> (its table's first header, its name in the other headers)
-LABELS = {"hpa": ("HPA target (req/s per replica)", "HPA"),
-          "hpa_pooled": ("pooled HPA scale (x capacity per fleet size)", "pooled HPA")}
+# baseline -> (the number the study varies, its table's first header, its name in the other headers)
+LABELS = {"hpa": ("target", "HPA target (req/s per replica)", "HPA"),
+          "hpa_pooled": ("scale", "pooled HPA scale (x capacity per fleet size)", "pooled HPA")}
 
 
 def run_targets(env_id: str, seed: int, episodes: int, name: str = "hpa") -> dict[float, dict[str, np.ndarray]]:
     """{value: {"gpu_hours", "slo_attainment"}: float64 (N,)} of baseline `name` on the held-out windows."""
     env, params = make_fleet(env_id, split="heldout")
     chosen = fb.load_chosen(env_id)
-    number, values = STUDIES[env_id][2][name]
+    number, values = LABELS[name][0], STUDIES[env_id][2][name]
     out = {}
     for value in values:  # the library's evaluation, as the results file's: bit for bit its episodes
         chosen[name] = {number: value}
@@ -90,7 +89,7 @@ def family(env_id: str, seed: int, episodes: int, name: str, ppo: dict, stored: 
            ) -> tuple[list[dict], dict | None, float]:
     """(rows, the mixture matched to PPO's attainment or None, the largest difference of the rerun at
     the chosen value from the results file's rows of `name`) of one baseline's values."""
-    number = STUDIES[env_id][2][name][0]
+    number = LABELS[name][0]
     runs = run_targets(env_id, seed, episodes, name)
     chosen = float(fb.load_chosen(env_id)[name][number])
     rerun, kept = runs[chosen], stored["per_episode"][name]
@@ -151,8 +150,7 @@ def measure(env_id: str, seed: int) -> dict:
 
 def markdown(doc: dict, name: str = "hpa") -> str:
     """docs/FLEET.md's table of the study for baseline `name` (from its JSON document)."""
-    header, who = LABELS[name]
-    number = "target" if name == "hpa" else "scale"
+    number, header, who = LABELS[name]
     lines = [f"| {header} | GPU-h/day | SLO attainment | PPO - {who}, GPU-h (paired 95 % CI) "
              f"| PPO - {who}, attainment |", "|---|---|---|---|---|"]
     for r in doc[name]:

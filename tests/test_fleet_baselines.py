@@ -297,7 +297,8 @@ def test_the_equal_attainment_study_is_current_and_paired_with_the_results_file(
     assert f"{start}\n{script.markdowns(doc)}\n{end}" in page
     stored = json.loads(results.read_text())["per_episode"]
     assert doc["ppo"]["gpu_hours"] == pytest.approx(np.mean(stored["ppo"]["gpu_hours"]), rel=1e-12)
-    for name, (number, values) in families.items():
+    for name, values in families.items():
+        number = script.LABELS[name][0]
         chosen = fb.load_chosen(env_id)[name][number]
         assert [r[number] for r in doc[name]] == sorted(values)
         row = next(r for r in doc[name] if r[number] == chosen)
