@@ -282,12 +282,9 @@ def test_a_server_of_serving_and_day_tasks_keeps_each_kind_to_its_own_actions():
             assert ws.receive_json()["data"]["observation"]["task_id"] == tasks.newest_version(1)
             ws.send_json({"type": "state"})
             assert ws.receive_json()["data"]["stream"] == "plain"
-        # The server closes a WebSocket's session after the socket, once the session's work in flight is
-        # done; on a cold compilation cache that includes compiling task 1's program (> 10 s on 2 busy cores).
-        deadline = time.monotonic() + 60
-        while (stats := c.get("/stats").json())["sessions"] > 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert stats["day_sessions"] == 1 and stats["sessions"] == 1  # the WebSocket's closed with it
+        # Not checked here: that the socket's session closes with it. Starlette's TestClient cancels the
+        # endpoint as soon as it sends the disconnect, so OpenEnv's clean-up races that cancellation in
+        # process (CI lost it); test_served_day_tasks_over_http_and_openenvs_client checks it on uvicorn.
 
 
 def _serve(port: int, stderr: Path) -> subprocess.Popen:
@@ -331,6 +328,10 @@ def test_served_day_tasks_over_http_and_openenvs_client(tmp_path):
         gym.reset(seed=2)
         expected = [gym.step(np.asarray(a)) for a in actions]
         with httpx.Client(base_url=url, timeout=120) as http:
+            deadline = time.monotonic() + 30  # the socket's session closes with it (OpenEnv's clean-up)
+            while http.get("/stats").json()["day_sessions"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert http.get("/stats").json()["day_sessions"] == 0
             tasks = http.get("/tasks").json()
             assert [t["id"] for t in tasks["day_tasks"]] == [RESERVE, FLEET] and tasks["tasks"] == []
             sid = http.post("/sessions", json={"task_id": FLEET, "seed": 2}).json()["session_id"]
