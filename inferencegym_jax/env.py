@@ -259,7 +259,7 @@ class InferenceGymEnv(TaskIdentity[EnvParams]):
         terminated = jnp.zeros((), bool)
         info = {
             "metrics": m,
-            "arrivals": dataclasses.replace(arrivals, prompt_strata=None),  # an engine input, not a count
+            "arrivals": dataclasses.replace(arrivals, prompt_strata=None, prompt_law=None),  # engine inputs, not counts
             "applied_action": applied,
             "clipped": clipped,
             "reward_components": components,

@@ -160,6 +160,7 @@ def _check_across_leaves(params: Any) -> None:
     validation.check_value("params.server.slo_accounting", params.server.slo_accounting,
                            _spec(ServerConfig, "slo_accounting"))
     validation.check_value("params.server.engine", params.server.engine, _spec(ServerConfig, "engine"))
+    validation.check_value("params.server.tpot_spread", params.server.tpot_spread, _spec(ServerConfig, "tpot_spread"))
 
 
 def check_params(params: Any) -> None:

@@ -21,7 +21,7 @@ from inferencegym_jax.actions import KNOB_RANGES, KNOBS
 from inferencegym_jax.perf_model import SERVED_MODELS
 from inferencegym_jax.profiles import DRAFTS, GPUS
 from inferencegym_jax.reward import KINDS as REWARD_KINDS
-from inferencegym_jax.serving.types import ENGINES, SLO_ACCOUNTINGS
+from inferencegym_jax.serving.types import ENGINES, SLO_ACCOUNTINGS, TPOT_SPREADS
 from inferencegym_jax.traffic.workload import LENGTH_KINDS, LENGTH_STRATA_RULES, NUM_CLASSES, SCHEDULES
 from inferencegym_jax.validation import choice, integer, names, number, text, vector
 
@@ -95,6 +95,15 @@ class ServerConfig:
     engine: str | None = choice(ENGINES, "the engine model: fluid (one prefill pass, then decode; v0/v1 tasks, the "
                                          "default) or mixed (chunked prefill in the decode iterations, "
                                          "inferencegym_jax.serving.mixed)", optional=True)
+    tpot_spread: str | None = choice(TPOT_SPREADS, "how 'request' accounting judges a cohort's finished requests: "
+                                                   "all by its mean TPOT (cohort, the default) or by the prompt "
+                                                   "chunks in each one's decode (bursts; the mixed engine only, "
+                                                   "inferencegym_jax.serving.tpot_spread)", optional=True)
+
+    def check(self, path: str) -> None:
+        if (self.tpot_spread or "cohort") != "cohort" and (self.engine != "mixed" or self.slo_accounting != "request"):
+            raise ValueError(f"config key {path}tpot_spread={self.tpot_spread!r} needs {path}engine='mixed' and "
+                             f"{path}slo_accounting='request' (not {self.engine!r}, {self.slo_accounting!r})")
 
 
 @dataclasses.dataclass(frozen=True)

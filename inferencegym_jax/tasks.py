@@ -193,6 +193,7 @@ def build_params(cfg: TaskConfig) -> EnvParams:
         num_age_buckets=s.num_age_buckets,
         slo_accounting=s.slo_accounting,
         engine=s.engine or "fluid",
+        tpot_spread=s.tpot_spread or "cohort",
     )
     wl = _workload(cfg.workload)
     _, mean_output = workload.mean_lengths(wl)

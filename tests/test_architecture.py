@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGE = "inferencegym_jax"
 CODE = re.compile(r"`([^`]+)`")
-PHASE_TESTS = ("test_serving.py", "test_goodput.py", "test_mixed_engine.py", "test_request_tpot.py")
+PHASE_TESTS = ("test_serving.py", "test_goodput.py", "test_mixed_engine.py", "test_request_tpot.py",
+               "test_tpot_spread.py")
 
 
 # ---------------------------------------------------------------- the doc's tables

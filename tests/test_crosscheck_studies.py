@@ -1,6 +1,6 @@
 """The cross-check studies' tables in experiments/crosscheck/README.md are rendered from their JSON
-(length_strata.py, request_tpot.py, fleet_routing.py, fleet_capacity_exact.py): stale when either changed
-without the other."""
+(length_strata.py, request_tpot.py, fleet_routing.py, fleet_capacity_exact.py, fleet_tpot_spread.py,
+lone_replica_tpot.py): stale when either changed without the other."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ def study(name: str) -> ModuleType:
 
 @pytest.mark.parametrize("name, marker", [("length_strata", "length-strata"), ("request_tpot", "request-tpot"),
                                           ("fleet_routing", "fleet-routing"),
-                                          ("fleet_capacity_exact", "fleet-capacity-exact")])
+                                          ("fleet_capacity_exact", "fleet-capacity-exact"),
+                                          ("fleet_tpot_spread", "fleet-tpot-spread"),
+                                          ("lone_replica_tpot", "lone-replica-tpot")])
 def test_the_readme_table_is_the_studys_json(name, marker):
     readme = (FOLDER / "README.md").read_text()
     found = re.search(rf"<!-- {marker}:start -->\n(.*?)<!-- {marker}:end -->", readme, re.S)

@@ -14,6 +14,7 @@ import pytest
 
 import inferencegym_jax as ig
 from inferencegym_jax import fleet, serving
+from inferencegym_jax.fleet import routing
 from inferencegym_jax.traffic import workload
 
 STEPS = 50  # intervals of the equivalence runs (the issue's must-show)
@@ -256,3 +257,26 @@ def test_fleet_interval_traces_once_and_vmaps_over_fleets(task):
     np.testing.assert_allclose(metrics.lost, 0.0)
     np.testing.assert_allclose(metrics.arrived, float(jnp.sum(arrivals.count[0])), rtol=1e-6)
     assert float(metrics.gpu_seconds[0]) == 2.0 * float(sp.dt_s) and float(metrics.gpu_seconds[1]) == float(sp.dt_s)
+
+
+def test_a_busy_replica_is_joined_only_when_every_other_one_is_busy(task):
+    """`routing.busy_join_share` (what joins a replica beside a request it holds, behind a
+    least-loaded router): 1 alone; with N receiving, P(Poisson(K) >= N - 1) for K requests in the
+    fleet (the Poisson tail summed here), rising with K; draining replicas are not counted."""
+    sp, config, _ = task
+    state = fleet.initial_fleet(config, sp.num_age_buckets, 4, 4)
+
+    def share(held, draining=(False,) * 4):
+        s = state.replace(servers=state.servers.replace(running=state.servers.running.replace(
+            seqs=jnp.asarray(held, jnp.float32))), draining=jnp.asarray(draining))
+        return float(routing.busy_join_share(s.servers, s.receiving))
+
+    def tail(k, n):  # P(Poisson(k) >= n)
+        return 1.0 - sum(math.exp(-k) * k**i / math.factorial(i) for i in range(n))
+
+    assert share([0.5, 0.0, 0.0, 0.0], (False, True, True, True)) == 1.0  # a lone receiving replica
+    assert share([0.0] * 4) == 0.0
+    for held in ([1.0, 0.5, 0.5, 0.0], [2.0, 1.0, 1.0, 1.0], [6.0, 5.0, 4.0, 5.0]):
+        assert share(held) == pytest.approx(tail(sum(held), 3), rel=1e-5)
+    assert share([1.0, 1.0, 1.0, 0.0]) < share([2.0, 2.0, 2.0, 0.0]) < share([4.0, 4.0, 4.0, 0.0])
+    assert share([3.0, 0.0, 0.0, 9.0], (False, False, False, True)) == pytest.approx(tail(3.0, 2), rel=1e-5)

@@ -200,7 +200,7 @@ def test_task3_v1_bursts_are_document_jobs_of_the_batch_tenant():
     assert 450 < off_prompt < 600 and 1600 < on_prompt < 2000, (off_prompt, on_prompt)
     base_mean, burst_mean = (float(workload.length_moments(d)[0][0]) for d in (wl.prompt, wl.burst_prompt))
     # The sums' normal law, clipped at count x the shortest prompt, errs high where counts are
-    # small and the law wide (workload._sum_of_lengths): +10 % between bursts (~1 request per
+    # small and the law wide (lengths.sum_of_lengths): +10 % between bursts (~1 request per
     # class and interval, 5 % documents), +1 % in them.
     assert base_mean < off_prompt < 1.15 * base_mean and on_prompt == pytest.approx(burst_mean, rel=0.03)
     # the long-run mean the reward's reference uses weighs both regimes by their requests: bursts

@@ -16,7 +16,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("inferencegym_jax.numerics", "inferencegym_jax.files", "inferencegym_jax.profiles", "inferencegym_jax.spaces"),
     ("inferencegym_jax.xla_ops",),
     ("inferencegym_jax.perf_model", "inferencegym_jax.traffic.sampling", "inferencegym_jax.traffic.strata",
-     "inferencegym_jax.actions", "inferencegym_jax.protocols"),
+     "inferencegym_jax.traffic.lengths", "inferencegym_jax.actions", "inferencegym_jax.protocols"),
     ("inferencegym_jax.traffic.workload",),
     ("inferencegym_jax.traffic",),
     ("inferencegym_jax.serving",),

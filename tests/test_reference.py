@@ -125,7 +125,8 @@ def jax_rollout(env_id: str):
             flat = jax.vmap(env.flatten_observation, in_axes=(0, None))(obs, params)
             out = dict(state=state, actions=actions, draws=draws, u_reset=u_reset, obs=obs, next_state=next_state,
                        reward=reward, terminated=terminated, truncated=truncated, info=info, flat_obs=flat,
-                       arrivals_from_draws=dataclasses.replace(arrivals, prompt_strata=None), reset_workload=fresh)
+                       arrivals_from_draws=dataclasses.replace(arrivals, prompt_strata=None, prompt_law=None),
+                       reset_workload=fresh)
             return next_state, out
 
         return jax.lax.scan(body, state, jax.random.split(k_steps, NUM_STEPS))[1]

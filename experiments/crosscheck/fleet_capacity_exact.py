@@ -13,9 +13,10 @@ quantity with N exact schedulers (`vllm_worker.Worker` behind join-the-shortest-
 SIZES: the highest rate of the 0.1-req/s grid whose worst seed (SEEDS, fleet_routing.SECONDS s each,
 the first WARMUP_S dropped) keeps attainment >= SLO_TARGET, found by bisection on the grid (the
 attainment falls with the load; every point run is kept in the JSON). Beside it, the project's
-capacity per size under each least-loaded model of VARIANTS (`scripts/fleet_capacity.measure`,
-the shipped file's settings): the fluid split Fleet1-v2 ships, and whole requests joining the
-shortest queue at each 1-s interval's start (`[fleet] least_loaded_unit = "request"`).
+capacity per size under each model of VARIANTS (`scripts/fleet_capacity.measure`, the shipped
+file's settings): the fluid split Fleet1-v2 ships, whole requests joining the shortest queue at
+each 1-s interval's start (`[fleet] least_loaded_unit = "request"`), and each with every request
+judged by its own TPOT (`serving.tpot_spread`, the replicas' `tpot_spread = "bursts"`).
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ PROJECT = ROOT / "data" / "fleet" / "fleet1_v2_capacity.json"
 SIZES = (1, 2, 3, 4, 6, 8, 12, 16)
 GRID = tuple(round(0.1 * i, 1) for i in range(1, 33))  # [req/s per replica]: the project's grid, from 0.1
 SLO_TARGET = 0.99  # Fleet1's slo_target (configs/fleet/fleet1_v2.toml)
+PROJECT_GRID_LOW = 0.2  # [req/s per replica] the project's lowest grid load (scripts/fleet_capacity.LOAD_GRID)
 # name -> make_fleet overrides of Fleet1-v2 (the first is the task as shipped: its file's table)
+BURSTS = {"replica": {"server": {"tpot_spread": "bursts"}}}  # serving.tpot_spread: each request's own TPOT
 VARIANTS = {"v2, least-loaded (fluid)": {},
-            "v2 + whole least-loaded (JSQ)": {"fleet": {"least_loaded_unit": "request"}}}
+            "v2 + whole least-loaded (JSQ)": {"fleet": {"least_loaded_unit": "request"}},
+            "v2 + own TPOT (bursts)": BURSTS,
+            "v2 + own TPOT + whole JSQ": {**BURSTS, "fleet": {"least_loaded_unit": "request"}}}
 
 
 def worst_attainment(n: int, rate: float, steps: ProjectSteps) -> dict[str, Any]:
@@ -71,15 +76,19 @@ def capacity_of(n: int, steps: ProjectSteps, log: Any) -> tuple[float, list[dict
     return (GRID[lo] if lo >= 0 else 0.0), points
 
 
-def project_capacity() -> dict[str, list[float]]:
-    """{variant: capacity per N = 0..R [req/s per replica]} on the shipped file's settings; the first
-    variant must reproduce the shipped file (else the file is stale and the comparison void)."""
+def project_capacity(known: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
+    """{variant: capacity per N = 0..R [req/s per replica]} on the shipped file's settings (those in
+    `known` taken as they are); the first variant must reproduce the shipped file (else the file is
+    stale and the comparison void)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     import fleet_capacity
 
     settings = json.loads(PROJECT.read_text())["settings"]
     out = {}
     for name, overrides in VARIANTS.items():
+        if known and name in known:
+            out[name] = known[name]
+            continue
         t0 = time.time()
         out[name] = fleet_capacity.measure("InferenceGym-Fleet1-v2", settings["keys"], settings["steps"],
                                            settings["warmup"], **overrides)[0]
@@ -95,8 +104,8 @@ def summary_markdown(doc: dict[str, Any]) -> str:
     names = list(doc["project"])
     lines = ["| replicas | exact, JSQ | " + " | ".join(names) + " |", "|---:|---:|" + "---:|" * len(names)]
     for n, exact in zip(doc["sizes"], doc["capacity"], strict=True):
-        cells = [f"{doc['project'][v][n]:.1f}" + (f" ({doc['project'][v][n] / exact:.2f}x)" if exact > 0 else "")
-                 for v in names]
+        cells = [f"< {PROJECT_GRID_LOW}" if doc["project"][v][n] == 0.0 else f"{doc['project'][v][n]:.1f}" + (
+            f" ({doc['project'][v][n] / exact:.2f}x)" if exact > 0 else "") for v in names]
         lines.append(f"| {n} | {exact:.1f} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -106,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--report", action="store_true", help="print the README table from the JSON and exit")
     ap.add_argument("--project-only", action="store_true", help="rerun the project's side, keep the JSON's exact one")
+    ap.add_argument("--new-variants", action="store_true",
+                    help="with --project-only: run only the variants the JSON lacks, keep the others")
     args = ap.parse_args(argv)
     if args.report:
         print(summary_markdown(json.loads(Path(args.out).read_text())), end="")
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
             cap, pts = capacity_of(n, steps, lambda line: print(line, flush=True))
             capacity.append(cap)
             points += pts
-    project = project_capacity()
+    project = project_capacity(json.loads(Path(args.out).read_text())["project"] if args.new_variants else None)
     doc = {"what": "Fleet1's capacity per size with exact schedulers behind join-the-shortest-queue, against "
                    "data/fleet/fleet1_v2_capacity.json (experiments/crosscheck/fleet_capacity_exact.py's docstring)",
            "command": "python experiments/crosscheck/fleet_capacity_exact.py",

@@ -76,10 +76,11 @@ def lengths(rng: np.random.Generator, n: int, law: tuple[float, float, int, int]
     return np.round(np.clip(np.exp(np.log(median) + sigma * rng.standard_normal(n)), low, high)).astype(np.int64)
 
 
-def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps,
-                     replicas: int = NUM_REPLICAS) -> tuple[int, int, int, int]:
-    """(requests measured, meeting both SLOs, missing TTFT, missing TPOT) of one exact run of
-    `replicas` workers at `rate` req/s each."""
+def exact_requests(rate: float, router: str, seed: int, steps: ProjectSteps,
+                   replicas: int = NUM_REPLICAS) -> dict[str, np.ndarray]:
+    """The requests of one exact run of `replicas` workers at `rate` req/s each that arrived after
+    WARMUP_S: `worker` (int64), `first_s` (first token [s]), `ttft_s` (+ REQUEST_OVERHEAD_S [s]),
+    `tpot_s` ((finish - first token) / (output - 1) [s per token]), `output` (int64 [tokens])."""
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(rate * replicas * SECONDS))
     arrival = np.sort(rng.uniform(0.0, SECONDS, n))
@@ -89,6 +90,7 @@ def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps,
                for _ in range(replicas)]
     pick = rng.integers(0, replicas, n)
     ties = rng.random((n, replicas))
+    worker = np.zeros(n, np.int64)
     for i in range(n):
         t = float(arrival[i])
         if router == "jsq":
@@ -98,14 +100,23 @@ def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps,
             target = int(np.argmin(load + ties[i]))  # fewest in system, ties at random
         else:
             target = int(pick[i])
+        worker[i] = target
         workers[target].add(i, t, int(prompt[i]), int(output[i]))
     for w in workers:
         w.run_until()
     kept = arrival >= WARMUP_S
-    ttft = first[kept] - arrival[kept] + steps.request_overhead_s
-    tpot = (finish[kept] - first[kept]) / np.maximum(output[kept] - 1, 1)
-    late_ttft, late_tpot = ttft > TTFT_SLO_S, tpot > TPOT_SLO_S
-    return int(kept.sum()), int((~late_ttft & ~late_tpot).sum()), int(late_ttft.sum()), int(late_tpot.sum())
+    return {"worker": worker[kept], "first_s": first[kept],
+            "ttft_s": first[kept] - arrival[kept] + steps.request_overhead_s,
+            "tpot_s": (finish[kept] - first[kept]) / np.maximum(output[kept] - 1, 1), "output": output[kept]}
+
+
+def exact_attainment(rate: float, router: str, seed: int, steps: ProjectSteps,
+                     replicas: int = NUM_REPLICAS) -> tuple[int, int, int, int]:
+    """(requests measured, meeting both SLOs, missing TTFT, missing TPOT) of one exact run of
+    `replicas` workers at `rate` req/s each (`exact_requests`)."""
+    run = exact_requests(rate, router, seed, steps, replicas)
+    late_ttft, late_tpot = run["ttft_s"] > TTFT_SLO_S, run["tpot_s"] > TPOT_SLO_S
+    return len(late_ttft), int((~late_ttft & ~late_tpot).sum()), int(late_ttft.sum()), int(late_tpot.sum())
 
 
 def exact_rows(log: Any) -> list[dict[str, Any]]:

@@ -41,7 +41,14 @@ from inferencegym_jax.fleet import request_routing
 from inferencegym_jax.fleet.day_traffic import DAY_MIN, MINUTE_S, DayCurve, rate_at, requests_between
 from inferencegym_jax.fleet.physics import fleet_interval, scale_to, serve_routed
 from inferencegym_jax.fleet.request_routing import routing_draws
-from inferencegym_jax.fleet.routing import least_loaded_weights, pooled_requests, route, shares
+from inferencegym_jax.fleet.routing import (
+    busy_join_share,
+    least_loaded_weights,
+    pooled_requests,
+    route,
+    shares,
+    with_busy_rate,
+)
 from inferencegym_jax.fleet.types import FleetMetrics, FleetState, initial_fleet
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.serving import ServerParams
@@ -398,11 +405,13 @@ class FleetEnv(TaskIdentity[FleetParams]):
         dt = params.server.dt_s
         draws = workload.draws_from_uniforms(u[: workload.STEP_DRAWS], wl_state, t_s, dt, wl)
         receiving = fleet.receiving
+        # the share of a replica's arrivals that join it beside a request it holds (serving.tpot_spread)
+        joins_busy = busy_join_share(fleet.servers, receiving) if rule == 0 else jnp.float32(1.0)
         if unit == "fluid":
             arrivals = workload.advance(draws, wl_state, t_s, dt, wl)[1]
             weights = least_loaded_weights(fleet, arrivals) if rule == 0 else receiving.astype(jnp.float32)
             per_replica, lost = route(arrivals, weights, receiving)
-            return per_replica, lost, jnp.sum(arrivals.count)
+            return with_busy_rate(per_replica, joins_busy), lost, jnp.sum(arrivals.count)
         u_route = u[workload.STEP_DRAWS:]
         if rule == 0:
             per_replica, lost = request_routing.route_jsq(u_route, draws.count, pooled_requests(fleet.servers),
@@ -410,7 +419,7 @@ class FleetEnv(TaskIdentity[FleetParams]):
         else:
             share, lost_share = shares(receiving.astype(jnp.float32), receiving)
             per_replica, lost = request_routing.route_requests(u_route, share, lost_share, wl_state, t_s, dt, wl)
-        return per_replica, lost, jnp.sum(per_replica.count) + jnp.sum(lost.count)
+        return with_busy_rate(per_replica, joins_busy), lost, jnp.sum(per_replica.count) + jnp.sum(lost.count)
 
     # ------------------------------------------------------------------ observation
 

@@ -107,11 +107,13 @@ def _whole_requests(count: Array, u: Array, rate: Array, state: WorkloadState, t
     (S,) [req/s]. Returns the replicas' (leading axis R) and the refused (no prompt strata)."""
     z = sampling.normals(u[:, 1:])
     prompt_dist, strata = workload.prompt_law(state, t_s, params)
+    law = workload.pooled_prompt_law(state, t_s, params)
     arrivals = jax.vmap(
-        lambda n, zp, zo, r: workload.arrivals_of_counts(n, zp, zo, r, prompt_dist, strata, params)
+        lambda n, zp, zo, r: workload.arrivals_of_counts(n, zp, zo, r, prompt_dist, strata, params, law)
     )(count, z[:, 0], z[:, 1], rate)
     per_replica = jax.tree_util.tree_map(lambda x: x[:-1], arrivals)
-    lost = dataclasses.replace(jax.tree_util.tree_map(lambda x: x[-1], arrivals), prompt_strata=None)
+    lost = dataclasses.replace(jax.tree_util.tree_map(lambda x: x[-1], arrivals), prompt_strata=None,
+                               prompt_law=None)
     return per_replica, lost
 
 

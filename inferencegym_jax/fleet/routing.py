@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.scipy.special import gammainc
 
 from inferencegym_jax.fleet.types import FleetState
 from inferencegym_jax.serving import ServerState
@@ -77,9 +78,9 @@ def shares(weights: Array, receiving: Array) -> tuple[Array, Array]:
 
 def scale_arrivals(arrivals: Arrivals, share: Array) -> Arrivals:
     """`arrivals` split by `share`: leaves (R, 3) for per-class sums, (R,) for the rate, and the
-    prompt strata (a per-request shape) repeated on a leading axis R (or None)."""
+    prompt strata and prompt law (per-request shapes) repeated on a leading axis R (or None)."""
     r = share.shape[0]
-    strata = arrivals.prompt_strata
+    strata, law = arrivals.prompt_strata, arrivals.prompt_law
     return Arrivals(
         count=share[:, None] * arrivals.count[None, :],
         prompt_tokens=share[:, None] * arrivals.prompt_tokens[None, :],
@@ -87,6 +88,7 @@ def scale_arrivals(arrivals: Arrivals, share: Array) -> Arrivals:
         prompt_sq_tokens=share[:, None] * arrivals.prompt_sq_tokens[None, :],
         rate=share * arrivals.rate,
         prompt_strata=None if strata is None else jnp.broadcast_to(strata, (r, *jnp.shape(strata))),
+        prompt_law=None if law is None else jnp.broadcast_to(law, (r, *jnp.shape(law))),
     )
 
 
@@ -105,7 +107,7 @@ def route(arrivals: Arrivals, weights: Array, receiving: Array) -> tuple[Arrival
         minus `lost`'s (to float32 rounding).
     """
     share, lost_share = shares(weights, receiving)
-    lost = dataclasses.replace(scale_arrivals(arrivals, lost_share[None]), prompt_strata=None)
+    lost = dataclasses.replace(scale_arrivals(arrivals, lost_share[None]), prompt_strata=None, prompt_law=None)
     lost = jax.tree_util.tree_map(lambda x: x[0], lost)
     return scale_arrivals(arrivals, share), lost
 
@@ -113,6 +115,25 @@ def route(arrivals: Arrivals, weights: Array, receiving: Array) -> tuple[Arrival
 def pooled_requests(servers: ServerState) -> Array:
     """float32 (R,) [requests] each replica holds: waiting + running + preempted."""
     return jnp.sum(servers.queue.count, axis=(-2, -1)) + servers.running.seqs + servers.preempted.seqs
+
+
+def busy_join_share(servers: ServerState, receiving: Array) -> Array:
+    """float32 () the share of a replica's arrival rate that joins it while it holds a given request,
+    behind join-the-shortest-queue: the chance that every other receiving replica holds one too (a
+    balanced JSQ sends a request to an empty replica while there is one). The fleet's other
+    requests are taken Poisson with its mean count in system (`pooled_requests` at the interval's
+    start: requests overlap independently, as in an infinite-server queue), so the share is
+    P(Poisson(K) >= N - 1) for N receiving replicas, 1 for a lone one (`serving.tpot_spread`: the
+    prompts that land in a request's decode)."""
+    others = jnp.maximum(jnp.sum(receiving.astype(jnp.float32)) - 1.0, 0.0)
+    in_system = jnp.sum(jnp.where(receiving, pooled_requests(servers), 0.0))
+    return jnp.where(others > 0.0, gammainc(jnp.maximum(others, 1.0), in_system), 1.0)
+
+
+def with_busy_rate(per_replica: Arrivals, share: Array) -> Arrivals:
+    """`per_replica` with `Arrivals.busy_rate` its rate times `share` (`busy_join_share`; 1 for a
+    random router)."""
+    return dataclasses.replace(per_replica, busy_rate=per_replica.rate * share)
 
 
 def least_loaded_weights(state: FleetState, arrivals: Arrivals) -> Array:

@@ -20,7 +20,8 @@ the module of its concept:
   latency.latency_statistics  TTFT percentiles, SLO ratio, late requests, goodput
   goodput.*                 the running requests still meeting both SLOs ("completion" accounting)
   request_tpot.*            the good running requests by cohort, TPOT judged on each request's mean
-                            ("request" accounting; no-ops otherwise)
+                            ("request" accounting; no-ops otherwise), or with tpot_spread "bursts" on
+                            each request's own (`tpot_spread`)
 
 With `ServerParams.engine == "mixed"` (`serving.mixed`: prompt chunks in the decode iterations,
 one forward each; fresh arrivals' TTFT from the iteration chain) the profile is the tier's with the
@@ -64,6 +65,7 @@ from inferencegym_jax.serving.request_tpot import (
     admit_to_cohorts,
     cohorts_at_start,
     finished_by_cohort,
+    interval_bursts,
     judge_cohorts,
     rescale_cohorts,
 )
@@ -194,7 +196,8 @@ def serve_interval(
     on_time, good = decode_on_time(on_time, before_decode, running, produced.tpot_s, params)
     # the finished good requests' per-request TPOT, for `with_requests` (else unused: XLA drops it)
     tpot_law = finished_by_cohort(cohorts, before_decode, running, produced.tpot_s, params)
-    cohorts, good = judge_cohorts(cohorts, good, before_decode, running, produced.tpot_s, params)
+    bursts = interval_bursts(arrivals, it if mixed else None, params)  # None unless tpot_spread "bursts"
+    cohorts, good = judge_cohorts(cohorts, good, before_decode, running, produced.tpot_s, params, bursts)
     before_overflow = running
     running, preempted, overflow = preempt_to_fit(running, preempted, capacity)
     running, preempted, memory = check_memory(running, preempted, engine, profile, params)

@@ -32,7 +32,10 @@ from jax import Array
 from inferencegym_jax import xla_ops
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.serving.goodput import Decoded
+from inferencegym_jax.serving.iteration import Iterations
+from inferencegym_jax.serving.tpot_spread import Bursts, bursts_of, finisher_tokens, miss_share
 from inferencegym_jax.serving.types import TPOT_COHORTS, OnTime, Sequences, ServerParams, TpotCohorts
+from inferencegym_jax.traffic.workload import Arrivals
 
 # [s per token] floor of the interval TPOT a cohort's tokens are counted with: a guard only
 # (`engine.interval_tpot` is at least one decode step's time per token).
@@ -71,15 +74,22 @@ def through_interval(cohorts: TpotCohorts, tpot_s: Array, dt: Array) -> TpotCoho
                        cohorts.tokens + dt / jnp.maximum(tpot_s, MIN_TPOT_S))
 
 
-def decoded(cohorts: TpotCohorts, done: Array, tpot_s: Array, tpot_slo_s: Array, dt: Array
-            ) -> tuple[TpotCohorts, Decoded]:
+def decoded(cohorts: TpotCohorts, done: Array, tpot_s: Array, tpot_slo_s: Array, dt: Array,
+            bursts: Bursts | None = None) -> tuple[TpotCohorts, Decoded]:
     """The cohorts through an interval of `dt` [s] whose running sequences decode at `tpot_s`
     [s per token] and finish a share `done` in [0, 1] (memoryless): each cohort adds dt and
-    dt / tpot_s tokens, then its finished sequences are judged by its mean TPOT against their
-    class's `tpot_slo_s` (3,) [s]. Returns the cohorts left and what finished (late_seqs not
-    included: `goodput.decode_on_time` counts those)."""
+    dt / tpot_s tokens, then its finished sequences are judged against their class's `tpot_slo_s`
+    (3,) [s]: by the cohort's mean TPOT, or with `bursts` by the share of them whose own TPOT is
+    within it (`tpot_spread`). Returns the cohorts left and what finished (late_seqs not included:
+    `goodput.decode_on_time` counts those)."""
+    tokens_before = cohorts.tokens
     cohorts = through_interval(cohorts, tpot_s, dt)
-    within = (cohorts.mean_tpot_s()[None, :] <= tpot_slo_s[:, None]).astype(jnp.float32)  # (3, H)
+    if bursts is None:
+        within = (cohorts.mean_tpot_s()[None, :] <= tpot_slo_s[:, None]).astype(jnp.float32)  # (3, H)
+    else:
+        finished = finisher_tokens(tokens_before[None, :], cohorts.tokens[None, :],
+                                   safe_div(cohorts.remaining, cohorts.seqs))  # (3, H)
+        within = 1.0 - miss_share(cohorts.mean_tpot_s()[None, :], finished, tpot_slo_s[:, None], bursts)
     good, late, good_tokens = xla_ops.sums((within * cohorts.seqs, (1.0 - within) * cohorts.seqs,
                                             within * cohorts.remaining), axes=(0, 1))
     result = Decoded(good_tokens=good_tokens * done, good_completed=good * done, missed=late * done)
@@ -101,6 +111,17 @@ def cohorts_at_start(cohorts: TpotCohorts | None, kept: Array, params: ServerPar
     return None if cohorts is None else aged(cohorts).scaled(kept)
 
 
+def interval_bursts(arrivals: Arrivals, it: Iterations | None, params: ServerParams) -> Bursts | None:
+    """The interval's `tpot_spread.Bursts` under tpot_spread "bursts" (`it`: the mixed engine's
+    iteration model), else None."""
+    if params.tpot_spread == "cohort":
+        return None
+    if it is None or params.slo_accounting != "request":
+        raise ValueError(f"tpot_spread={params.tpot_spread!r} needs engine='mixed' and slo_accounting='request', "
+                         f"not engine={params.engine!r}, slo_accounting={params.slo_accounting!r}")
+    return bursts_of(arrivals, it)
+
+
 def admit_to_cohorts(on_time: OnTime, cohorts: TpotCohorts | None) -> tuple[OnTime, TpotCohorts | None]:
     """Move the good admissions that `goodput.admit_share_on_time` put in `on_time` (whose good
     part is otherwise empty under "request" accounting) into cohort 0."""
@@ -111,12 +132,14 @@ def admit_to_cohorts(on_time: OnTime, cohorts: TpotCohorts | None) -> tuple[OnTi
 
 
 def judge_cohorts(cohorts: TpotCohorts | None, late: Decoded, before: Sequences, after: Sequences, tpot_s: Array,
-          params: ServerParams) -> tuple[TpotCohorts | None, Decoded]:
+                  params: ServerParams, bursts: Bursts | None = None) -> tuple[TpotCohorts | None, Decoded]:
     """The decode phase's outcome: `late` (`goodput.decode_on_time` of the late part) plus the
-    cohorts' (`decoded`) as the running pool went from `before` to `after` at `tpot_s`."""
+    cohorts' (`decoded`, with the interval's `bursts` under tpot_spread "bursts") as the running
+    pool went from `before` to `after` at `tpot_s`."""
     if cohorts is None:
         return None, late
-    cohorts, by_cohort = decoded(cohorts, finished_share(before, after), tpot_s, params.tpot_slo_s, params.dt_s)
+    cohorts, by_cohort = decoded(cohorts, finished_share(before, after), tpot_s, params.tpot_slo_s, params.dt_s,
+                                 bursts)
     return cohorts, Decoded(late.good_tokens + by_cohort.good_tokens, late.good_completed + by_cohort.good_completed,
                             late.missed + by_cohort.missed)
 

@@ -43,6 +43,10 @@ class ServerParams:
         pass per interval, then decode; `serving.latency`) or "mixed" (prefill chunks ride in the
         decode iterations, one forward each, and fresh arrivals' TTFT follows the iteration-length
         chain; `serving.mixed`).
+      tpot_spread: static str, how "request" accounting judges a cohort's finished requests
+        (`TPOT_SPREADS`): "cohort" (every v2 task's: all by the cohort's mean TPOT) or "bursts" (the
+        share whose own TPOT, the prompt chunks landing in their own decode, is within the SLO;
+        `serving.tpot_spread`; the mixed engine and "request" accounting only).
     """
 
     profiles: perf_model.Profile
@@ -57,10 +61,12 @@ class ServerParams:
     num_age_buckets: int = struct.field(pytree_node=False, default=16)
     slo_accounting: str = struct.field(pytree_node=False, default="admission")
     engine: str = struct.field(pytree_node=False, default="fluid")
+    tpot_spread: str = struct.field(pytree_node=False, default="cohort")
 
 
 SLO_ACCOUNTINGS = ("admission", "completion", "request")
 ENGINES = ("fluid", "mixed")
+TPOT_SPREADS = ("cohort", "bursts")
 
 
 def judged_metric(slo_accounting: str) -> str:

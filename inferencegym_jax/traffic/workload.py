@@ -22,94 +22,35 @@ A burst of "periodic" or "mmpp" can be a traffic regime of its own: its requests
 classes by `burst_class_mix` and draw their prompts from `burst_prompt` (a document tenant's
 batch job among chat traffic, say); both equal the base traffic's by default.
 
-Length distributions (`LengthDist.kind`, per class, traced):
-  0 uniform on [low, high]; 1 lognormal (median1, sigma1) clamped to [low, high];
-  2 bimodal: with probability weight2 the second lognormal (median2, sigma2), else the first,
-  clamped to [low, high].
+Length distributions: `traffic.lengths` (re-exported here).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
 from jax import Array
-from jax.scipy.special import ndtr
 
 from inferencegym_jax.numerics import safe_div
 from inferencegym_jax.traffic import sampling
+from inferencegym_jax.traffic.lengths import (  # noqa: F401 (LENGTH_KINDS, length_dist: re-exported)
+    LENGTH_KINDS,
+    NUM_CLASSES,
+    LengthDist,
+    length_dist,
+    length_moments,
+    sum_of_lengths,
+)
 from inferencegym_jax.traffic.strata import capped_strata, length_strata, log_sd_of, strata_of_sums
 
-NUM_CLASSES = 3
 SCHEDULES = ("constant", "periodic", "mmpp", "trace")
 # How an interval's prompt-length strata follow from its law (`strata` module docstring): "moments" (the
 # v0-v2 tasks and Fleet1-v1: the lognormal of the law's two moments, scaled to the interval's mean) or
 # "clamped" (the same, with no stratum above the law's longest prompt, `LengthDist.high`).
 LENGTH_STRATA_RULES = ("moments", "clamped")
-LENGTH_KINDS = {"uniform": 0, "lognormal": 1, "bimodal": 2}
-
-
-@struct.dataclass
-class LengthDist:
-    """A distribution of token counts per request, one per priority class; leaves shape (3,).
-
-    Attributes:
-      kind: int32, 0 uniform, 1 clamped lognormal, 2 clamped two-lognormal mixture.
-      low: float32 [tokens], lower bound (uniform start or clamp).
-      high: float32 [tokens], upper bound (uniform end or clamp).
-      median1: float32 [tokens], median of the first lognormal component.
-      sigma1: float32, log-space standard deviation of the first component.
-      median2: float32 [tokens], median of the second component (bimodal only).
-      sigma2: float32, log-space standard deviation of the second component.
-      weight2: float32, probability of the second component (bimodal only).
-    """
-
-    kind: Array
-    low: Array
-    high: Array
-    median1: Array
-    sigma1: Array
-    median2: Array
-    sigma2: Array
-    weight2: Array
-
-
-def length_dist(
-    kind: str,
-    low: float,
-    high: float,
-    median1: float = 1.0,
-    sigma1: float = 1.0,
-    median2: float = 1.0,
-    sigma2: float = 1.0,
-    weight2: float = 0.0,
-) -> LengthDist:
-    """One `LengthDist`, the same for every class; validated (ValueError names the field)."""
-    if kind not in LENGTH_KINDS:
-        raise ValueError(f"length kind={kind!r} is not one of {sorted(LENGTH_KINDS)}")
-    if not 1 <= low <= high:
-        raise ValueError(f"length low={low}, high={high}: need 1 <= low <= high")
-    for name, value in (("median1", median1), ("median2", median2), ("sigma1", sigma1), ("sigma2", sigma2)):
-        if not value > 0:
-            raise ValueError(f"length {name}={value} must be > 0")
-    if not 0.0 <= weight2 <= 1.0:
-        raise ValueError(f"length weight2={weight2} must be in [0, 1]")
-    def full(x: float, dtype: Any = jnp.float32) -> Array:
-        return jnp.full((NUM_CLASSES,), x, dtype)
-
-    return LengthDist(
-        kind=full(LENGTH_KINDS[kind], jnp.int32),
-        low=full(low),
-        high=full(high),
-        median1=full(median1),
-        sigma1=full(sigma1),
-        median2=full(median2),
-        sigma2=full(sigma2),
-        weight2=full(weight2),
-    )
 
 
 @struct.dataclass
@@ -198,6 +139,13 @@ class Arrivals:
         (a trace), given the interval's count and sum under the "conditional" rule
         (`WorkloadParams.length_strata`); the mixed engine's length nodes (`serving.fresh_ttft`).
         None where unknown (the engine then takes the spread from the bin's sums).
+      prompt_law: float32 (2,) or None, [tokens] and [tokens^2]: the mean and mean square of the prompt
+        length of a request arriving now, over the classes at their rates (the law in force:
+        `pooled_prompt_law`; a trace's over the whole trace), whatever this interval drew; the
+        prompts that may land in a request's decode (`serving.tpot_spread`). None where unknown.
+      busy_rate: float32 () or None, [req/s] the rate at which requests join this server while it
+        holds a given request (a replica behind a least-loaded router: `fleet.routing.busy_join_share`
+        of its rate); None: `rate` (a lone server, or a random router's Poisson thinning).
     """
 
     count: Array
@@ -206,32 +154,11 @@ class Arrivals:
     prompt_sq_tokens: Array
     rate: Array
     prompt_strata: Array | None = None
+    prompt_law: Array | None = None
+    busy_rate: Array | None = None
 
 
 # ----------------------------------------------------------------------------- lengths
-
-
-def _lognormal_partial_moment(median: Array, sigma: Array, low: Array, high: Array, k: int) -> Array:
-    """E[clip(X, low, high)^k] for X lognormal(log median, sigma), in closed form."""
-    mu = jnp.log(median)
-    a = (jnp.log(low) - mu) / sigma
-    b = (jnp.log(high) - mu) / sigma
-    inside = jnp.exp(k * mu + 0.5 * (k * sigma) ** 2) * (ndtr(b - k * sigma) - ndtr(a - k * sigma))
-    return inside + low**k * ndtr(a) + high**k * (1.0 - ndtr(b))
-
-
-def length_moments(dist: LengthDist) -> tuple[Array, Array]:
-    """First and second moments of each class's length distribution; shapes (3,)."""
-    lo, hi = dist.low, dist.high
-    uniform_m1 = 0.5 * (lo + hi)
-    uniform_m2 = (lo * lo + lo * hi + hi * hi) / 3.0
-    c1 = [_lognormal_partial_moment(dist.median1, dist.sigma1, lo, hi, k) for k in (1, 2)]
-    c2 = [_lognormal_partial_moment(dist.median2, dist.sigma2, lo, hi, k) for k in (1, 2)]
-    w = jnp.where(dist.kind == 2, dist.weight2, 0.0)
-    mix = [(1.0 - w) * x + w * y for x, y in zip(c1, c2)]
-    m1 = jnp.where(dist.kind == 0, uniform_m1, mix[0])
-    m2 = jnp.where(dist.kind == 0, uniform_m2, mix[1])
-    return m1, m2
 
 
 def trace_strata(trace: Trace) -> Array:
@@ -239,15 +166,6 @@ def trace_strata(trace: Trace) -> Array:
     trace's totals (params only, so computed once for a batch of episodes, not per episode)."""
     count, prompt, _, prompt_sq = trace_totals_before(trace, jnp.asarray(jnp.inf, jnp.float32))
     return strata_of_sums(count, prompt, prompt_sq)
-
-
-def _sum_of_lengths(z: Array, count: Array, dist: LengthDist) -> tuple[Array, Array]:
-    """Sum of `count` i.i.d. lengths (normal law of the sum) and the expected sum of squares."""
-    m1, m2 = length_moments(dist)
-    var = jnp.maximum(m2 - m1 * m1, 0.0)
-    total = count * m1 + jnp.sqrt(count * var) * z
-    total = jnp.clip(total, count * dist.low, count * dist.high)
-    return total, count * m2
 
 
 # ----------------------------------------------------------------------------- random draws
@@ -369,15 +287,27 @@ def prompt_law(state: WorkloadState, t_s: Array, params: WorkloadParams) -> tupl
     return prompt_dist, strata
 
 
+def pooled_prompt_law(state: WorkloadState, t_s: Array, params: WorkloadParams) -> Array:
+    """`Arrivals.prompt_law` of synthetic traffic at t_s: each class's prompt law in force
+    (`prompt_law`) weighted by its Poisson mean (`class_means`), float32 (2,) [tokens, tokens^2]."""
+    dist, _ = prompt_law(state, t_s, params)
+    lam_off, lam_on = class_means(jnp.ones((), jnp.float32), params)
+    weight = jnp.where(burst_on(state, t_s, params), lam_on, lam_off) if params.schedule in ("periodic", "mmpp") \
+        else lam_off
+    m1, m2 = length_moments(dist)
+    return jnp.stack([safe_div(jnp.sum(weight * m1), jnp.sum(weight)), safe_div(jnp.sum(weight * m2), jnp.sum(weight))])
+
+
 def arrivals_of_counts(count: Array, z_prompt: Array, z_output: Array, rate: Array, prompt_dist: LengthDist,
-                       strata: Array, params: WorkloadParams) -> Arrivals:
+                       strata: Array, params: WorkloadParams, law: Array | None = None) -> Arrivals:
     """`Arrivals` of `count` (3,) requests per class with prompts of `prompt_dist` (and its
-    `prompt_law` strata), their length sums from the normals z_prompt, z_output (3,); `rate` as is."""
-    prompt, prompt_sq = _sum_of_lengths(z_prompt, count, prompt_dist)
-    output, _ = _sum_of_lengths(z_output, count, params.output)
+    `prompt_law` strata), their length sums from the normals z_prompt, z_output (3,); `rate` and
+    `law` (`Arrivals.prompt_law`) as they are."""
+    prompt, prompt_sq = sum_of_lengths(z_prompt, count, prompt_dist)
+    output, _ = sum_of_lengths(z_output, count, params.output)
     if params.length_strata == "clamped":  # none above the law's longest prompt
         strata = capped_strata(strata, safe_div(prompt_dist.high, safe_div(prompt, count)))
-    return Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate, strata)
+    return Arrivals(count, prompt, jnp.maximum(output, count), prompt_sq, rate, strata, law)
 
 
 def next_burst_state(u_burst: Array, state: WorkloadState, dt_s: Array, params: WorkloadParams) -> WorkloadState:
@@ -397,7 +327,7 @@ def advance(
         return state, _trace_arrivals(state, t_s, dt_s, params)
     prompt_dist, strata = prompt_law(state, t_s, params)
     arrivals = arrivals_of_counts(draws.count, draws.z_prompt, draws.z_output, arrival_rate(state, t_s, params),
-                                  prompt_dist, strata, params)
+                                  prompt_dist, strata, params, pooled_prompt_law(state, t_s, params))
     return next_burst_state(draws.u_burst, state, dt_s, params), arrivals
 
 
@@ -429,7 +359,15 @@ def _trace_arrivals(state: WorkloadState, t_s: Array, dt_s: Array, params: Workl
     start, end = state.phase_s + t_s, state.phase_s + (t_s + dt_s)
     totals = trace_totals_before(trace_of(params), jnp.stack([start, end]))  # each (3, 2)
     count, prompt, output, sq = (total[:, 1] - total[:, 0] for total in totals)
-    return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s, trace_strata(trace_of(params)))
+    return Arrivals(count, prompt, output, sq, jnp.sum(count) / dt_s, trace_strata(trace_of(params)),
+                    trace_prompt_law(trace_of(params)))
+
+
+def trace_prompt_law(trace: Trace) -> Array:
+    """`Arrivals.prompt_law` of a trace: its prompts' mean and mean square over the whole trace,
+    float32 (2,) [tokens, tokens^2] (params only, as `trace_strata`)."""
+    count, prompt, _, prompt_sq = trace_totals_before(trace, jnp.asarray(jnp.inf, jnp.float32))
+    return jnp.stack([safe_div(jnp.sum(prompt), jnp.sum(count)), safe_div(jnp.sum(prompt_sq), jnp.sum(count))])
 
 
 def burst_time_fraction(params: WorkloadParams) -> Array:

@@ -33,7 +33,7 @@ def normal_cdf(x: np.ndarray) -> np.ndarray:
 
 
 def clipped_lognormal_moment(median: Any, sigma: Any, low: Any, high: Any, k: int) -> np.ndarray:
-    """E[clip(X, low, high)^k] for X lognormal(log median, sigma) (workload._lognormal_partial_moment)."""
+    """E[clip(X, low, high)^k] for X lognormal(log median, sigma) (lengths._lognormal_partial_moment)."""
     mu = np.log(np.asarray(median, np.float64))
     a = (np.log(low) - mu) / sigma
     b = (np.log(high) - mu) / sigma
@@ -117,7 +117,7 @@ def sample_draws(rng: np.random.Generator, state: WorkloadState, t_s: Any, dt_s:
 
 def sum_of_lengths(z: np.ndarray, count: np.ndarray, moments: tuple, dist: Any) -> tuple[np.ndarray, np.ndarray]:
     """Sum of `count` lengths drawn as a normal (z) and the expected sum of their squares, (N, 3)
-    each (workload._sum_of_lengths)."""
+    each (lengths.sum_of_lengths)."""
     m1, m2 = moments
     variance = np.maximum(m2 - m1 * m1, F32(0.0))
     total = np.clip(count * m1 + np.sqrt(count * variance) * z, count * dist.low, count * dist.high)
