@@ -26,6 +26,7 @@ import datetime
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +63,28 @@ def worst_attainment(n: int, rate: float, steps: ProjectSteps) -> dict[str, Any]
             "tpot_missed": float(runs[:, 3].sum() / runs[:, 0].sum())}
 
 
-def capacity_of(n: int, steps: ProjectSteps, log: Any) -> tuple[float, list[dict[str, Any]]]:
-    """(the highest grid rate whose worst seed keeps SLO_TARGET, 0 if none; the points run)."""
+def highest_holding(holds: Callable[[float], bool]) -> float:
+    """The highest rate of GRID at which `holds` (True below some rate, False above) is True, 0 if
+    none, by bisection on the grid."""
     lo, hi = -1, len(GRID)  # invariant: GRID[lo] holds (or lo = -1), GRID[hi] fails (or hi = len)
-    points = []
     while hi - lo > 1:
         mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if holds(GRID[mid]) else (lo, mid)
+    return GRID[lo] if lo >= 0 else 0.0
+
+
+def capacity_of(n: int, steps: ProjectSteps, log: Any) -> tuple[float, list[dict[str, Any]]]:
+    """(the highest grid rate whose worst seed keeps SLO_TARGET, 0 if none; the points run)."""
+    points = []
+
+    def holds(rate: float) -> bool:
         t0 = time.time()
-        point = worst_attainment(n, GRID[mid], steps)
+        point = worst_attainment(n, rate, steps)
         points.append(point)
-        log(f"N={n} rate {GRID[mid]}: worst {point['worst']:.4f} ({time.time() - t0:.0f} s)")
-        lo, hi = (mid, hi) if point["worst"] >= SLO_TARGET else (lo, mid)
-    return (GRID[lo] if lo >= 0 else 0.0), points
+        log(f"N={n} rate {rate}: worst {point['worst']:.4f} ({time.time() - t0:.0f} s)")
+        return point["worst"] >= SLO_TARGET
+
+    return highest_holding(holds), points
 
 
 def project_capacity(known: dict[str, list[float]] | None = None) -> dict[str, list[float]]:

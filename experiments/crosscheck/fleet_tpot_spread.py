@@ -92,11 +92,7 @@ class Points:
 
     def capacity(self, n: int, judging: str) -> float:
         """The highest grid rate whose worst seed keeps SLO_TARGET under `judging` (0 if none)."""
-        lo, hi = -1, len(GRID)  # invariant: GRID[lo] holds (or lo = -1), GRID[hi] fails (or hi = len)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self.point(n, GRID[mid])[judging]["worst"] >= SLO_TARGET else (lo, mid)
-        return GRID[lo] if lo >= 0 else 0.0
+        return fleet_capacity_exact.highest_holding(lambda rate: self.point(n, rate)[judging]["worst"] >= SLO_TARGET)
 
 
 def summary_markdown(doc: dict[str, Any]) -> str:

@@ -329,10 +329,15 @@ def load_chosen(env_id: str) -> dict[str, Any]:
     Raises:
       ValueError: a task without a baselines file (names the ones that have one).
     """
+    data = _baselines_file(env_id)
+    return {name: {k: v["value"] for k, v in entry.items()} for name, entry in data["chosen"].items()}
+
+
+def _baselines_file(env_id: str) -> dict[str, Any]:
+    """A fleet task's baselines file, parsed; ValueError for a task without one (names those with one)."""
     if env_id not in BASELINES_FILE:
         raise ValueError(f"env_id={env_id!r} has no fleet baselines file; allowed: {sorted(BASELINES_FILE)}")
-    data = json.loads(shipped("data").joinpath("fleet", BASELINES_FILE[env_id]).read_text())
-    return {name: {k: v["value"] for k, v in entry.items()} for name, entry in data["chosen"].items()}
+    return json.loads(shipped("data").joinpath("fleet", BASELINES_FILE[env_id]).read_text())
 
 
 def lowest_cost_numbers(env_id: str, name: str) -> dict[str, Any]:
@@ -343,8 +348,7 @@ def lowest_cost_numbers(env_id: str, name: str) -> dict[str, Any]:
     Raises:
       ValueError: a baseline the file did not search (names the ones it did).
     """
-    load_chosen(env_id)  # the task's ValueError
-    data = json.loads(shipped("data").joinpath("fleet", BASELINES_FILE[env_id]).read_text())
+    data = _baselines_file(env_id)
     if name not in data["search"]:
         raise ValueError(f"baseline {name!r} is not in {BASELINES_FILE[env_id]}; allowed: {sorted(data['search'])}")
     best = min(data["search"][name]["table"], key=lambda row: row["J_mean"])
